@@ -1,0 +1,5 @@
+"""`python -m burst` runs the same CLI as the `burst` console script."""
+
+from burst.cli import main
+
+main()

@@ -1,0 +1,258 @@
+"""The `burst` command line: the top of the flow, where people meet it.
+
+Each command imports what it needs inside its body, so `burst --help` stays fast and cloud SDKs
+and the kubernetes client load only for the commands that use them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal, cast
+
+import typer
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from burst.config import Config
+    from burst.model import Cloud
+
+app = typer.Typer(
+    name="burst",
+    help="Burst pending GPU workloads from an on-prem Kubernetes cluster to cloud GPU node pools.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Check the YAML configuration documents.", no_args_is_help=True)
+db_app = typer.Typer(help="Create and check the database schema.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+app.add_typer(db_app, name="db")
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="Folder or file of configuration documents."),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(1)
+
+
+def _load_config(paths: list[Path]) -> Config:
+    """Load configuration with the catalog's vocabulary; print every problem and exit 1 if any."""
+    from burst import catalog, config
+
+    shipped = catalog.shipped()
+    vocabulary = config.Vocabulary(shipped.regions(), shipped.accelerators())
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise _fail(f"no such file or folder: {', '.join(missing)}")
+    try:
+        return config.load(paths, vocabulary)
+    except config.ConfigError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem))
+        raise typer.Exit(1) from None
+
+
+@config_app.command("validate")
+def config_validate(
+    paths: Annotated[list[Path], typer.Argument(help="Files or folders of YAML documents.")],
+) -> None:
+    """Validate documents: exit 0 when valid, else one `FILE:LINE:COLUMN: field: message` per problem."""
+    cfg = _load_config(paths)
+    counts = {
+        "ServiceConfig": int(cfg.service is not None),
+        "BurstPolicy": len(cfg.policies),
+        "Budget": len(cfg.budgets),
+    }
+    summary = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
+    typer.echo(f"ok: {len(cfg.files)} file(s), {summary or 'no documents'}")
+    if cfg.service is None and cfg.policies:
+        typer.echo("note: no ServiceConfig given, so policy targets were not checked", err=True)
+
+
+@app.command("catalog")
+def catalog_cmd(
+    accelerator: Annotated[
+        list[str] | None,
+        typer.Option("--accelerator", "-a", help="GPU model, e.g. V100; repeatable."),
+    ] = None,
+    provider: Annotated[
+        list[str] | None, typer.Option("--provider", "-p", help="aws, gcp or azure; repeatable.")
+    ] = None,
+    region: Annotated[list[str] | None, typer.Option("--region", "-r", help="Repeatable.")] = None,
+    gpus: Annotated[int | None, typer.Option(help="GPUs per node.")] = None,
+    capacity: Annotated[Literal["on-demand", "spot"] | None, typer.Option()] = None,
+    config_path: ConfigOption = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many offers (0 = all).")] = 20,
+    fmt: Annotated[Literal["table", "json", "csv"], typer.Option("--format")] = "table",
+) -> None:
+    """List offers from the price catalog, cheapest first, with the config's overrides applied."""
+    from burst import catalog
+
+    offers_catalog = catalog.shipped()
+    if config_path is not None:
+        cfg = _load_config([config_path])
+        if cfg.service is not None:
+            offers_catalog = offers_catalog.with_overrides(cfg.service.spec.catalog)
+    known = offers_catalog.accelerators()
+    unknown = sorted(set(accelerator or []) - known)
+    if unknown:
+        raise _fail(f"unknown accelerator {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    bad_clouds = sorted(set(provider or []) - {"aws", "gcp", "azure"})
+    if bad_clouds:
+        raise _fail(f"unknown provider {', '.join(bad_clouds)}; known: aws, gcp, azure")
+    regions = offers_catalog.regions()
+    wanted_regions = None
+    if region:
+        wanted_regions = {(c, r) for c, rs in regions.items() for r in rs if r in region}
+    offers = offers_catalog.query(
+        accelerator or sorted(known),
+        gpus=gpus,
+        capacity=capacity or ("on-demand", "spot"),
+        clouds=cast("list[Cloud]", provider) if provider else None,
+        regions=wanted_regions,
+    )
+    shown = offers[:limit] if limit else offers
+    rows = [
+        {
+            "cloud": o.cloud,
+            "region": o.region,
+            "instance_type": o.instance_type,
+            "accelerator": o.accelerator,
+            "gpus": o.gpus,
+            "vcpus": o.vcpus,
+            "memory_gib": o.memory_gib,
+            "capacity": o.capacity,
+            "hourly": str(o.hourly.to_decimal()),
+            "per_gpu_hour": str(o.hourly.to_decimal() / o.gpus),
+            "currency": o.hourly.currency,
+            "price_source": o.price_source,
+        }
+        for o in shown
+    ]
+    if fmt == "json":
+        typer.echo(json.dumps({"offers": rows, "total": len(offers)}, indent=2))
+        return
+    if fmt == "csv":
+        import csv
+
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["cloud"])
+        writer.writeheader()
+        writer.writerows(rows)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(shown)} of {len(offers)} offers, cheapest first (USD per node-hour)")
+    for column in (
+        "cloud",
+        "region",
+        "instance type",
+        "GPU",
+        "vCPU",
+        "GiB",
+        "capacity",
+        "per hour",
+        "per GPU-hour",
+        "source",
+    ):
+        table.add_column(
+            column,
+            justify="right" if column in ("vCPU", "GiB", "per hour", "per GPU-hour") else "left",
+        )
+    for o in shown:
+        table.add_row(
+            o.cloud,
+            o.region,
+            o.instance_type,
+            f"{o.gpus}x {o.accelerator}",
+            f"{o.vcpus:g}",
+            f"{o.memory_gib:g}",
+            o.capacity,
+            f"{o.hourly.to_decimal():.4f}",
+            f"{o.hourly.to_decimal() / o.gpus:.4f}",
+            o.price_source,
+        )
+    # Piped output has no terminal width to fit; keep rows whole rather than wrap them.
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+
+
+UrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--url",
+        help="Database URL (else BURST_DATABASE_URL, "
+        "else the ServiceConfig, else sqlite:///burst.db).",
+    ),
+]
+
+
+def _engine(url: str | None, config_path: Path | None) -> tuple[Engine, str]:
+    from burst import db
+
+    spec = None
+    if config_path is not None:
+        cfg = _load_config([config_path])
+        spec = cfg.service.spec.database if cfg.service else None
+    try:
+        resolved = db.resolve_url(url, spec)
+    except OSError as exc:
+        raise _fail(f"cannot read the database password file: {exc.strerror}") from None
+    return db.make_engine(resolved), db.safe_url(resolved)
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    url: UrlOption = None,
+    config_path: ConfigOption = None,
+    revision: Annotated[str, typer.Option(help="Target revision.")] = "head",
+) -> None:
+    """Create or migrate the database schema to the latest revision."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from burst import db
+
+    engine, shown = _engine(url, config_path)
+    try:
+        db.upgrade(engine, revision)
+        typer.echo(f"database {shown} is at revision {db.current_revision(engine)}")
+    except SQLAlchemyError as exc:
+        raise _fail(
+            f"database {shown}: {exc.__class__.__name__}: {getattr(exc, 'orig', None) or exc}"
+        ) from None
+
+
+@db_app.command("check")
+def db_check(url: UrlOption = None, config_path: ConfigOption = None) -> None:
+    """Exit 0 when the database is at the latest revision and matches the code's tables."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from burst import db
+
+    engine, shown = _engine(url, config_path)
+    try:
+        db.check(engine)
+    except db.SchemaError as exc:
+        raise _fail(f"database {shown}: {exc}") from None
+    except SQLAlchemyError as exc:
+        raise _fail(
+            f"database {shown}: {exc.__class__.__name__}: {getattr(exc, 'orig', None) or exc}"
+        ) from None
+    typer.echo(f"database {shown} is at revision {db.head_revision()} and matches the tables")
+
+
+@app.command("version")
+def version() -> None:
+    """Print burst's version."""
+    from burst import __version__
+
+    typer.echo(__version__)
+
+
+def main() -> None:
+    app()

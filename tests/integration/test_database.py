@@ -1,0 +1,125 @@
+"""The database: migrations round-trip and match the tables; money is stored as exact integers.
+
+Runs on SQLite and, with BURST_TEST_DATABASE_URL, on PostgreSQL (the `database_url` fixture).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import BigInteger, Engine, cast, func, inspect, select, text
+from sqlalchemy.exc import IntegrityError
+
+from burst import db, tables
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+def _tables(engine: Engine) -> set[str]:
+    return set(inspect(engine).get_table_names()) - {"alembic_version"}
+
+
+def test_migrations_round_trip_and_match_the_tables(engine: Engine) -> None:
+    db.upgrade(engine)
+    assert db.current_revision(engine) == db.head_revision()
+    db.check(engine)  # alembic check: no difference between tables.py and the migrations
+    assert _tables(engine) == set(tables.Base.metadata.tables)
+    db.downgrade(engine, "base")
+    assert _tables(engine) == set()
+    db.upgrade(engine)
+    db.check(engine)
+
+
+def test_check_reports_an_old_or_drifted_schema(engine: Engine) -> None:
+    with pytest.raises(db.SchemaError, match="revision none"):
+        db.check(engine)
+    db.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_pools_state"))
+    with pytest.raises(db.SchemaError, match="differ"):
+        db.check(engine)
+
+
+def test_a_million_one_micro_charges_sum_exactly(engine: Engine) -> None:
+    db.upgrade(engine)
+    column = next(
+        c for c in inspect(engine).get_columns("ledger_entries") if c["name"] == "amount_micros"
+    )
+    assert isinstance(column["type"], BigInteger)
+    # Rows made by the database itself: a million Python-side inserts would take most of a minute.
+    series = (
+        "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 1000000) "
+        "SELECT i FROM s"
+        if engine.dialect.name == "sqlite"
+        else "SELECT i FROM generate_series(1, 1000000) AS i"
+    )
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO ledger_entries (idempotency_key, kind, posted_at, period_start, "
+                "period_end, team, node_seconds, amount_micros, currency) "
+                f"SELECT 'k' || CAST(i AS TEXT), 'usage', :t, :t, :t, 'cms-ml', 1, 1, 'USD' FROM ({series}) AS g"
+            ),
+            {"t": NOW},
+        )
+    with engine.connect() as conn:
+        # PostgreSQL sums BIGINT as NUMERIC; the cast brings it back to an exact Python int.
+        total = conn.execute(
+            select(cast(func.sum(tables.LedgerEntry.amount_micros), BigInteger))
+        ).scalar_one()
+    assert type(total) is int
+    assert total == 1_000_000
+
+
+def test_times_come_back_as_utc_and_naive_times_are_refused(engine: Engine) -> None:
+    db.upgrade(engine)
+    make = db.sessions(engine)
+    cest = timezone(timedelta(hours=2))
+    with make.begin() as session:
+        session.add(
+            tables.Leadership(
+                id=1,
+                epoch=1,
+                holder="replica-a",
+                acquired_at=datetime(2026, 6, 1, 14, 0, tzinfo=cest),
+            )
+        )
+    with make() as session:
+        row = session.get(tables.Leadership, 1)
+        assert row is not None
+        assert row.acquired_at == datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+        assert row.acquired_at.tzinfo is not None
+    with pytest.raises(Exception, match="naive datetime"), make.begin() as session:
+        session.add(tables.Leadership(id=1, epoch=2, holder="b", acquired_at=datetime(2026, 1, 1)))
+
+
+def test_constraints_hold_on_every_database(engine: Engine) -> None:
+    db.upgrade(engine)
+    make = db.sessions(engine)
+    pool = dict(
+        name="p",
+        token="t",
+        target="aws-eu",
+        provider="aws",
+        region="eu-west-1",
+        instance_type="p3.2xlarge",
+        capacity="on-demand",
+        accelerator="V100",
+        gpus_per_node=1,
+        nodes_desired=1,
+        policy="ml",
+        unit_price_micros=3_060_000,
+        currency="USD",
+        price_source="catalog",
+        epoch=1,
+        created_at=NOW,
+        updated_at=NOW,
+    )
+    with make.begin() as session:
+        session.add(tables.Pool(**pool))
+    for bad in ({"state": "exploded"}, {"capacity": "reserved"}, {"token": "t", "name": "q"}):
+        with pytest.raises(IntegrityError), make.begin() as session:
+            session.add(tables.Pool(**{**pool, "name": "other", "token": "other", **bad}))
+    with pytest.raises(IntegrityError), make.begin() as session:
+        session.add(tables.Leadership(id=2, epoch=1, holder="x", acquired_at=NOW))

@@ -1,0 +1,167 @@
+"""Configuration documents: every shipped example loads, every broken one is reported precisely."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from burst import catalog
+from burst.config import (
+    ConfigError,
+    SelectorRequirement,
+    Vocabulary,
+    WorkloadSelector,
+    load,
+    selectors_overlap,
+)
+from tests.conftest import ROOT
+
+BROKEN = ROOT / "tests" / "fixtures" / "broken-config"
+EXPECT = re.compile(r"# expect@(\d+) (\S*): (.*)$")
+
+
+@pytest.fixture(scope="module")
+def vocabulary() -> Vocabulary:
+    shipped = catalog.shipped()
+    return Vocabulary(shipped.regions(), shipped.accelerators())
+
+
+def _examples() -> list[Path]:
+    return sorted(p for p in (ROOT / "config").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", _examples(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_example_in_config_loads(path: Path, vocabulary: Vocabulary) -> None:
+    # Each file alone, and below all of config/ together (references between files resolve).
+    load([path], vocabulary)
+
+
+def test_example_folder_as_a_whole(vocabulary: Vocabulary) -> None:
+    cfg = load([ROOT / "config"], vocabulary)
+    assert cfg.service is not None
+    spec = cfg.service.spec
+    assert [t.name for t in spec.targets] == [
+        "aws-eu-central-1",
+        "gcp-europe-west4",
+        "azure-eastus",
+    ]
+    assert spec.intervals.orphan_gc == timedelta(minutes=10)
+    policy = cfg.policies["ml-training"].spec
+    assert policy.placement.accelerators["V100"][:2] == ["V100", "V100-32GB"]
+    assert policy.limits.max_hourly_price == Decimal("40.00")
+    assert policy.trigger.deadline_safety_margin == timedelta(minutes=30)
+    assert cfg.budgets["cms-ml-monthly"].spec.amount == Decimal("5000.00")
+
+
+def _expected_problems() -> set[str]:
+    """The problems the fixtures announce: `# expect@COLUMN path: message start` on each bad line."""
+    expected = set()
+    for file in sorted(BROKEN.glob("*.yaml")):
+        for number, line in enumerate(file.read_text().splitlines(), start=1):
+            m = EXPECT.search(line)
+            if m:
+                column, path, message = m.groups()
+                prefix = f"{file.relative_to(ROOT)}:{number}:{column}: "
+                expected.add(prefix + (f"{path}: " if path else "") + message)
+    return expected
+
+
+def test_broken_documents_give_one_precise_line_per_problem(
+    vocabulary: Vocabulary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(ConfigError) as caught:
+        load([BROKEN.relative_to(ROOT)], vocabulary)
+    reported = [str(p) for p in caught.value.problems]
+    expected = _expected_problems()
+    assert len(expected) >= 15
+    assert len(reported) == len(expected), "\n".join(reported)
+    for want in expected:
+        assert any(line.startswith(want) for line in reported), f"missing: {want}\n" + "\n".join(
+            reported
+        )
+
+
+def test_no_secret_in_error_messages(vocabulary: Vocabulary) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load([BROKEN / "provider.yaml"], vocabulary)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_duplicate_key_and_duplicate_name(tmp_path: Path) -> None:
+    doc = """\
+apiVersion: burst.dev/v1
+kind: Budget
+metadata: {name: b}
+spec:
+  scope: {team: t}
+  period: day
+  amount: 1
+  currency: USD
+"""
+    (tmp_path / "a.yaml").write_text(doc + "---\n" + doc)
+    (tmp_path / "b.yaml").write_text(doc.replace("period: day", "period: day\n  period: week"))
+    with pytest.raises(ConfigError) as caught:
+        load([tmp_path])
+    lines = [str(p) for p in caught.value.problems]
+    assert any(":12:18: metadata.name: duplicate Budget 'b'" in line for line in lines), lines
+    assert any(line.endswith("b.yaml:7:3: duplicate key 'period'") for line in lines), lines
+
+
+def test_a_document_that_is_not_a_mapping(tmp_path: Path) -> None:
+    (tmp_path / "x.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(ConfigError, match=r"x.yaml:1:1: a document must be a mapping"):
+        load([tmp_path / "x.yaml"])
+
+
+def _sel(
+    namespaces: list[str] | None = None,
+    labels: dict[str, str] | None = None,
+    *exprs: tuple[str, str, list[str]],
+) -> WorkloadSelector:
+    return WorkloadSelector(
+        namespaces=namespaces or [],
+        match_labels=labels or {},
+        match_expressions=[
+            SelectorRequirement(key=k, operator=op, values=v)  # type: ignore[arg-type]
+            for k, op, v in exprs
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "overlap"),
+    [
+        (_sel(), _sel(), True),
+        (_sel(["a"]), _sel(["b"]), False),
+        (_sel(["a", "b"]), _sel(["b"]), True),
+        (_sel(None, {"team": "cms"}), _sel(None, {"team": "atlas"}), False),
+        (_sel(None, {"team": "cms"}), _sel(None, {"gpu": "v100"}), True),
+        (_sel(None, {}, ("team", "In", ["cms", "atlas"])), _sel(None, {"team": "atlas"}), True),
+        (_sel(None, {}, ("team", "NotIn", ["cms"])), _sel(None, {"team": "cms"}), False),
+        (
+            _sel(None, {}, ("team", "Exists", [])),
+            _sel(None, {}, ("team", "DoesNotExist", [])),
+            False,
+        ),
+        (_sel(None, {}, ("x", "DoesNotExist", [])), _sel(None, {"y": "1"}), True),
+    ],
+    ids=[
+        "both-claim-everything",
+        "disjoint-namespaces",
+        "shared-namespace",
+        "label-conflict",
+        "different-labels-can-both-hold",
+        "in-set-contains-value",
+        "notin-excludes-value",
+        "exists-vs-doesnotexist",
+        "unrelated-keys",
+    ],
+)
+def test_selector_overlap(a: WorkloadSelector, b: WorkloadSelector, overlap: bool) -> None:
+    assert selectors_overlap(a, b) is overlap
+    assert selectors_overlap(b, a) is overlap
