@@ -182,6 +182,74 @@ def catalog_cmd(
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
+@app.command("plan")
+def plan_cmd(
+    snapshot: Annotated[
+        Path, typer.Option("--snapshot", "-s", help="Snapshot JSON (docs/snapshot.schema.json).")
+    ],
+    config_path: Annotated[
+        Path, typer.Option("--config", "-c", help="Folder or file of configuration documents.")
+    ],
+    now: Annotated[
+        str | None,
+        typer.Option(
+            help="Plan at this RFC 3339 time (default: the snapshot's taken_at, else now)."
+        ),
+    ] = None,
+    fmt: Annotated[Literal["table", "json"], typer.Option("--format")] = "table",
+) -> None:
+    """Print the plan decide.plan() makes for a snapshot: actions and skips, each with its reason."""
+    from datetime import datetime
+
+    from burst import catalog, decide
+    from burst.clock import SystemClock
+    from burst.snapshot import SnapshotError, load_snapshot, plan_document
+
+    cfg = _load_config([config_path])
+    try:
+        snap = load_snapshot(snapshot.read_bytes())
+    except OSError as exc:
+        raise _fail(f"cannot read {snapshot}: {exc.strerror}") from None
+    except SnapshotError as exc:
+        raise _fail(f"{snapshot}: invalid snapshot:\n{exc}") from None
+    try:
+        at = datetime.fromisoformat(now) if now else (snap.taken_at or SystemClock().now())
+    except ValueError:
+        raise _fail(f"--now {now!r} is not an RFC 3339 time") from None
+    if at.tzinfo is None:
+        raise _fail("--now needs a time zone, e.g. 2026-11-30T09:00:00Z")
+    offers = catalog.shipped()
+    if cfg.service is not None:
+        offers = offers.with_overrides(cfg.service.spec.catalog)
+    try:
+        result = decide.plan(snap, offers, cfg, at)
+    except decide.PlanError as exc:
+        raise _fail(str(exc)) from None
+    if fmt == "json":
+        typer.echo(json.dumps(plan_document(result), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    names = {w.uid: f"{w.namespace}/{w.name}" for w in snap.workloads}
+    actions = Table(title=f"Plan at {at:%Y-%m-%d %H:%M %Z}: {len(result.actions)} actions")
+    for column in ("action", "workload / pool", "where", "est. cost", "reason"):
+        actions.add_column(column, overflow="fold")
+    for a in result.actions:
+        subject = names.get(getattr(a, "workload", ""), a.pool)
+        where = a.pool if subject != a.pool else getattr(a, "target", "")
+        cost = str(a.estimated_cost) if a.estimated_cost else ""
+        actions.add_row(a.kind, subject, where, cost, a.reason)
+    console.print(actions)
+    skips = Table(title=f"{len(result.skips)} pending burstable workloads not burst")
+    for column in ("workload", "reason"):
+        skips.add_column(column, overflow="fold")
+    for s in result.skips:
+        skips.add_row(f"{s.namespace}/{s.name}", s.reason)
+    console.print(skips)
+
+
 UrlOption = Annotated[
     str | None,
     typer.Option(

@@ -39,6 +39,13 @@ from burst.yamlsource import Path as DocPath
 API_VERSION = "burst.dev/v1"
 KINDS = ("ServiceConfig", "BurstPolicy", "Budget")
 DEFAULT_DATABASE_URL = "sqlite:///burst.db"
+# Typical time from asking for a GPU node pool to schedulable nodes (managed node group / node
+# pool / agent pool creation plus GPU driver start-up); targets may set their own.
+DEFAULT_PROVISIONING: Mapping[Cloud, timedelta] = {
+    "aws": timedelta(minutes=10),
+    "gcp": timedelta(minutes=8),
+    "azure": timedelta(minutes=12),
+}
 
 # --- field types --------------------------------------------------------------------------------
 
@@ -177,6 +184,8 @@ class TargetSpec(Strict):
     sim: SimCluster | None = None
     kubernetes: KubernetesAccess = KubernetesAccess()
     remote_namespace: str = "{namespace}"
+    # How long a new GPU pool takes to be ready here; the decision adds it to every estimate.
+    provisioning_estimate: Duration | None = None
 
     @model_validator(mode="after")
     def _one_cluster_block(self) -> Self:
@@ -189,6 +198,10 @@ class TargetSpec(Strict):
         if extra:
             raise ValueError(f"provider is {self.provider}: remove the {', '.join(extra)} block")
         return self
+
+    @property
+    def provisioning(self) -> timedelta:
+        return self.provisioning_estimate or DEFAULT_PROVISIONING[self.cloud]
 
     @property
     def cloud(self) -> Cloud:
@@ -650,6 +663,25 @@ def _requirements(s: WorkloadSelector) -> list[tuple[str, str, frozenset[str]]]:
     reqs = [(k, "In", frozenset([v])) for k, v in s.match_labels.items()]
     reqs += [(r.key, r.operator, frozenset(r.values)) for r in s.match_expressions]
     return reqs
+
+
+def selector_matches(s: WorkloadSelector, namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether a workload in `namespace` with `labels` is claimed by the selector."""
+    if s.namespaces and namespace not in s.namespaces:
+        return False
+    if any(labels.get(k) != v for k, v in s.match_labels.items()):
+        return False
+    for r in s.match_expressions:
+        value = labels.get(r.key)
+        ok = {
+            "In": value is not None and value in r.values,
+            "NotIn": value is None or value not in r.values,
+            "Exists": value is not None,
+            "DoesNotExist": value is None,
+        }[r.operator]
+        if not ok:
+            return False
+    return True
 
 
 def selectors_overlap(a: WorkloadSelector, b: WorkloadSelector) -> bool:

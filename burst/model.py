@@ -6,7 +6,9 @@ into Pools. Nothing here does I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Literal
 
 from burst.money import Money
@@ -62,3 +64,178 @@ class Offer:
         return OfferKey(
             self.cloud, self.region, self.instance_type, self.capacity, self.accelerator, self.gpus
         )
+
+
+WorkloadKind = Literal["Job", "PyTorchJob"]
+WorkloadPhase = Literal["pending", "planned", "started"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A local Job or PyTorchJob as the decision sees it.
+
+    `phase` is `pending` (waiting for GPUs, or suspended waiting for burst), `planned` (a dispatch
+    to `planned_pool` was decided earlier and not yet carried out) or `started` (it began running
+    on-prem after all). `accelerator` is the requested GPU product in catalog terms (None: any).
+    """
+
+    uid: str
+    kind: WorkloadKind
+    namespace: str
+    name: str
+    team: str
+    gpus_per_pod: int
+    pods: int
+    created: datetime
+    pending_since: datetime
+    accelerator: str | None = None
+    burstable: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    deadline: datetime | None = None
+    expected_runtime: timedelta | None = None
+    max_cost: Money | None = None
+    priority: int = 0
+    cpu_per_pod: float = 0.0
+    memory_gib_per_pod: float = 0.0
+    quota_blocked: bool = False
+    phase: WorkloadPhase = "pending"
+    planned_pool: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_pod * self.pods
+
+
+@dataclass(frozen=True)
+class RunningWorkload:
+    """Something holding on-prem GPUs now, and when it is expected to let them go."""
+
+    uid: str
+    accelerator: str
+    gpus: int
+    expected_end: datetime
+
+
+@dataclass(frozen=True)
+class OnPrem:
+    """The on-prem cluster: GPUs per product (catalog names) and what runs on them."""
+
+    capacity: Mapping[str, int] = field(default_factory=dict)
+    running: tuple[RunningWorkload, ...] = ()
+
+
+PoolState = Literal["requested", "creating", "ready", "draining", "deleting", "deleted", "failed"]
+
+
+@dataclass(frozen=True)
+class PoolView:
+    """An existing pool as the decision sees it: its offer, size, and the GPUs free on each node."""
+
+    name: str
+    target: str
+    policy: str
+    offer: OfferKey
+    nodes: int
+    state: PoolState
+    created: datetime
+    free_gpus: tuple[int, ...] = ()  # per node; empty means every node is wholly free
+    idle_since: datetime | None = None  # set when nothing runs on the pool
+    hourly: Money | None = None  # per node, as priced when the pool was created
+
+    def free_per_node(self) -> list[int]:
+        return list(self.free_gpus) if self.free_gpus else [self.offer.gpus] * self.nodes
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """A budget's scope and what is left of it: amount - posted spend - held reservations."""
+
+    name: str
+    scope: Literal["team", "policy", "namespace"]
+    value: str
+    remaining: Money
+    hard: bool = True
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything decide.plan() needs besides configuration and catalog; `taken_at` is when the
+    world looked like this (`burst plan` plans at that time unless told otherwise)."""
+
+    taken_at: datetime | None = None
+    workloads: tuple[Workload, ...] = ()
+    onprem: OnPrem = OnPrem()
+    pools: tuple[PoolView, ...] = ()
+    budgets: tuple[BudgetView, ...] = ()
+    unavailable: tuple[OfferKey, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreatePool:
+    pool: str
+    target: str
+    policy: str
+    offer: OfferKey
+    nodes: int
+    hourly: Money  # per node, USD, as in the catalog
+    reason: str
+    estimated_cost: Money
+    kind: Literal["create-pool"] = "create-pool"
+
+
+@dataclass(frozen=True)
+class ResizePool:
+    pool: str
+    nodes: int
+    reason: str
+    estimated_cost: Money
+    kind: Literal["resize-pool"] = "resize-pool"
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    workload: str  # uid
+    pool: str
+    target: str
+    reason: str
+    estimated_cost: Money
+    estimated_finish: datetime
+    kind: Literal["dispatch"] = "dispatch"
+
+
+@dataclass(frozen=True)
+class CancelDispatch:
+    workload: str
+    pool: str
+    reason: str
+    estimated_cost: Money | None = None
+    kind: Literal["cancel-dispatch"] = "cancel-dispatch"
+
+
+@dataclass(frozen=True)
+class DeletePool:
+    pool: str
+    reason: str
+    estimated_cost: Money | None = None
+    kind: Literal["delete-pool"] = "delete-pool"
+
+
+Action = CreatePool | ResizePool | Dispatch | CancelDispatch | DeletePool
+
+
+@dataclass(frozen=True)
+class Skip:
+    """A pending burstable workload that this plan does not burst, and why, in words."""
+
+    workload: str
+    namespace: str
+    name: str
+    reason: str
+    estimated_cost: Money | None = None
+    onprem_finish: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    skips: tuple[Skip, ...] = ()

@@ -10,6 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 MICROS = 1_000_000
 
@@ -112,6 +117,37 @@ class Money:
 
     def to_decimal(self) -> Decimal:
         return Decimal(self.micros) / MICROS
+
+    @classmethod
+    def parse(cls, text: str) -> Money:
+        """Read the JSON form, `"12.40 USD"`: a decimal amount, a space, an ISO 4217 code."""
+        amount, _, currency = text.strip().partition(" ")
+        if not currency:
+            raise ValueError(
+                f"bad money {text!r}: expected an amount and a currency, e.g. '12.40 USD'"
+            )
+        return cls.of(amount, currency.strip())
+
+    def json(self) -> str:
+        """The exact JSON form (all six decimals kept where they matter)."""
+        return f"{self.to_decimal().normalize():f} {self.currency}"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return core_schema.no_info_plain_validator_function(
+            lambda v: v if isinstance(v, Money) else cls.parse(v),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda m: m.json()),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: Any, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {
+            "type": "string",
+            "pattern": r"^-?\d+(\.\d{1,6})? [A-Z]{3}$",
+            "examples": ["12.40 USD"],
+        }
 
     def __str__(self) -> str:
         places = _EXPONENTS.get(self.currency, 2)
