@@ -262,9 +262,12 @@ class Catalog:
     def __init__(self, offers: Iterable[Offer]) -> None:
         self._offers = sorted(offers, key=_sort_key)
         by_key: dict[tuple[str, CapacityType], list[Offer]] = defaultdict(list)
+        by_region: dict[tuple[str, CapacityType, Cloud, str], list[Offer]] = defaultdict(list)
         for offer in self._offers:
             by_key[(offer.accelerator, offer.capacity)].append(offer)
+            by_region[(offer.accelerator, offer.capacity, offer.cloud, offer.region)].append(offer)
         self._by_acc = dict(by_key)
+        self._by_region = dict(by_region)
         self._by_offer_key = {o.key: o for o in self._offers}
 
     def __len__(self) -> int:
@@ -299,9 +302,16 @@ class Catalog:
     ) -> list[Offer]:
         """Offers with one of `accelerators`, `gpus` per node (any when None), cheapest first."""
         capacities = (capacity,) if isinstance(capacity, str) else tuple(capacity)
-        lists = [
-            self._by_acc.get((a, c), []) for a in dict.fromkeys(accelerators) for c in capacities
-        ]
+        wanted = list(dict.fromkeys(accelerators))
+        if regions is not None:
+            lists = [
+                self._by_region.get((a, c, cloud, region), [])
+                for a in wanted
+                for c in capacities
+                for cloud, region in sorted(regions)
+            ]
+        else:
+            lists = [self._by_acc.get((a, c), []) for a in wanted for c in capacities]
         merged = (
             heapq.merge(*lists, key=_sort_key)
             if len(lists) > 1

@@ -1,0 +1,397 @@
+"""decide.plan() scenario by scenario, on the real shipped catalog.
+
+Each case is a small story: the on-prem cluster, what is pending, the policy, and what a sensible
+admin expects burst to do about it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+
+from burst import catalog, decide
+from burst.config import Config
+from burst.model import (
+    BudgetView,
+    CancelDispatch,
+    CreatePool,
+    DeletePool,
+    Dispatch,
+    OfferKey,
+    OnPrem,
+    Plan,
+    PoolView,
+    ResizePool,
+    RunningWorkload,
+    Snapshot,
+)
+from burst.money import Money
+from tests.builders import NOW, make_config, policy_spec, workload
+
+CATALOG = catalog.shipped()
+H = timedelta(hours=1)
+BUSY_V100 = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + 3 * H),))
+
+
+@dataclass
+class Case:
+    id: str
+    snapshot: Snapshot
+    expect: Callable[[Plan], bool]
+    config: Config = field(default_factory=make_config)
+
+
+def dispatches(plan: Plan) -> dict[str, Dispatch]:
+    return {a.workload: a for a in plan.actions if isinstance(a, Dispatch)}
+
+
+def creates(plan: Plan) -> dict[str, CreatePool]:
+    return {a.pool: a for a in plan.actions if isinstance(a, CreatePool)}
+
+
+def skip_reason(plan: Plan, uid: str) -> str:
+    return next(s.reason for s in plan.skips if s.workload == uid)
+
+
+def offer_of(plan: Plan, uid: str) -> OfferKey:
+    return creates(plan)[dispatches(plan)[uid].pool].offer
+
+
+def _cheapest_v100_in_policy_targets(plan: Plan) -> bool:
+    (d,) = dispatches(plan).values()
+    offer = offer_of(plan, "w1")
+    assert offer.accelerator == "V100" and offer.capacity == "on-demand"
+    # Cheapest single-V100 node among aws eu-central-1, gcp europe-west4, azure eastus.
+    best = min(
+        (
+            o
+            for o in CATALOG.query(
+                ["V100"],
+                gpus=1,
+                capacity="on-demand",
+                regions={("aws", "eu-central-1"), ("gcp", "europe-west4"), ("azure", "eastus")},
+            )
+        ),
+        key=lambda o: o.hourly.micros,
+    )
+    assert offer == best.key
+    assert "deadline at risk: est. on-prem finish 14:00 > 12:00 - 30m margin" in d.reason
+    return d.estimated_cost > Money.zero("USD")
+
+
+CASES = [
+    Case(
+        "deadline-met-on-prem-stays",
+        Snapshot(workloads=(workload(deadline=NOW + 6 * H),), onprem=BUSY_V100),
+        lambda p: (
+            not p.actions
+            and skip_reason(p, "w1")
+            == "deadline met on-prem: est. finish 14:00 <= 15:00 - 30m margin"
+        ),
+    ),
+    Case(
+        "deadline-at-risk-bursts-to-cheapest-feasible",
+        Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100),
+        _cheapest_v100_in_policy_targets,
+    ),
+    Case(
+        "margin-counts-finish-at-deadline-minus-margin-is-at-risk",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 5 * H + timedelta(minutes=29)),), onprem=BUSY_V100
+        ),
+        lambda p: "w1" in dispatches(p),
+    ),
+    Case(
+        "max-wait-fires-without-deadline",
+        Snapshot(workloads=(workload(pending_since=NOW - 7 * H),), onprem=BUSY_V100),
+        lambda p: "pending 7h >= max wait 6h" in dispatches(p)["w1"].reason,
+        make_config(("ml", policy_spec(trigger={"maxPendingWait": "6h"}))),
+    ),
+    Case(
+        "no-deadline-no-wait-trigger-stays",
+        Snapshot(workloads=(workload(),), onprem=BUSY_V100),
+        lambda p: skip_reason(p, "w1").startswith("no deadline; est. on-prem start 12:00"),
+    ),
+    Case(
+        "quota-blocked-bursts-when-policy-allows",
+        Snapshot(workloads=(workload(quota_blocked=True),), onprem=OnPrem({"V100": 8})),
+        lambda p: "GPU quota of namespace ml exhausted" in dispatches(p)["w1"].reason,
+        make_config(("ml", policy_spec(trigger={"quotaExhausted": True}))),
+    ),
+    Case(
+        "quota-blocked-stays-when-policy-does-not-say",
+        Snapshot(workloads=(workload(quota_blocked=True),), onprem=OnPrem({"V100": 8})),
+        lambda p: "does not burst for quota" in skip_reason(p, "w1"),
+    ),
+    Case(
+        "non-burstable-never-touched",
+        Snapshot(workloads=(workload(burstable=False, deadline=NOW + H),), onprem=BUSY_V100),
+        lambda p: not p.actions and not p.skips,
+    ),
+    Case(
+        "burstable-but-no-policy-claims-it",
+        Snapshot(workloads=(workload(namespace="default", deadline=NOW + H),), onprem=BUSY_V100),
+        lambda p: (
+            skip_reason(p, "w1") == "no BurstPolicy claims namespace default with these labels"
+        ),
+    ),
+    Case(
+        "too-big-for-on-prem-bursts",
+        Snapshot(workloads=(workload(gpus_per_pod=8, pods=2),), onprem=OnPrem({"V100": 8})),
+        lambda p: (
+            "on-prem cannot run it: needs 16 V100, on-prem has 8" in dispatches(p)["w1"].reason
+        ),
+    ),
+    Case(
+        "substitution-picks-cheaper-allowed-gpu",
+        Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100),
+        lambda p: offer_of(p, "w1").accelerator == "T4",
+        make_config(("ml", policy_spec(placement={"accelerators": {"V100": ["V100", "T4"]}}))),
+    ),
+    Case(
+        "deadline-too-close-for-any-cloud",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 2 * H + timedelta(minutes=5)),), onprem=BUSY_V100
+        ),
+        lambda p: (
+            "no cloud offer meets the deadline 11:05: earliest cloud finish 11:08"
+            in skip_reason(p, "w1")
+        ),
+    ),
+    Case(
+        "hard-budget-refuses",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 3 * H),),
+            onprem=BUSY_V100,
+            budgets=(BudgetView("team-ml", "team", "ml", Money.of("1.00", "CHF")),),
+        ),
+        lambda p: "budget team-ml: 1.00 CHF left, needs" in skip_reason(p, "w1"),
+        make_config(rates={"CHF": "0.80"}),
+    ),
+    Case(
+        "soft-budget-only-warns",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 3 * H),),
+            onprem=BUSY_V100,
+            budgets=(BudgetView("team-ml", "team", "ml", Money.of("1.00", "USD"), hard=False),),
+        ),
+        lambda p: "soft budget team-ml exceeded" in dispatches(p)["w1"].reason,
+    ),
+    Case(
+        "job-max-cost-annotation-refuses",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 3 * H, max_cost=Money.of("2", "USD")),),
+            onprem=BUSY_V100,
+        ),
+        lambda p: "max cost 2.00 USD per job, needs" in skip_reason(p, "w1"),
+    ),
+    Case(
+        "price-cap-leaves-nothing",
+        Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100),
+        lambda p: (
+            "no offer with 1x1 V100 in the allowed targets within the policy's caps"
+            in skip_reason(p, "w1")
+        ),
+        make_config(("ml", policy_spec(limits={"maxHourlyPrice": "0.50"}))),
+    ),
+    Case(
+        "spot-if-slack-uses-spot-with-slack",
+        Snapshot(workloads=(workload(deadline=NOW + 20 * H),), onprem=OnPrem({"V100": 0})),
+        lambda p: offer_of(p, "w1").capacity == "spot",
+        make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"}))),
+    ),
+    Case(
+        "spot-if-slack-keeps-on-demand-when-tight",
+        Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=OnPrem({"V100": 0})),
+        lambda p: offer_of(p, "w1").capacity == "on-demand",
+        make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"}))),
+    ),
+    Case(
+        "two-jobs-share-one-new-pool",
+        Snapshot(
+            workloads=(workload("a", deadline=NOW + 3 * H), workload("b", deadline=NOW + 3 * H)),
+            onprem=BUSY_V100,
+        ),
+        lambda p: len(creates(p)) == 1 and dispatches(p)["a"].pool == dispatches(p)["b"].pool,
+        make_config(("ml", policy_spec(placement={"targets": ["aws-euc1"]}))),
+    ),
+    Case(
+        "pytorchjob-1-plus-3-on-multi-gpu-nodes",
+        Snapshot(
+            workloads=(workload(kind="PyTorchJob", gpus_per_pod=2, pods=4, deadline=NOW + 3 * H),),
+            onprem=BUSY_V100,
+        ),
+        lambda p: sum(c.nodes * c.offer.gpus for c in creates(p).values()) >= 8,
+    ),
+    Case(
+        "unavailable-offer-skipped-for-next-best",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 3 * H),),
+            onprem=BUSY_V100,
+            unavailable=(
+                CATALOG.query(
+                    ["V100"], gpus=1, capacity="on-demand", regions={("gcp", "europe-west4")}
+                )[0].key,
+            ),
+        ),
+        lambda p: (
+            offer_of(p, "w1")
+            != CATALOG.query(
+                ["V100"], gpus=1, capacity="on-demand", regions={("gcp", "europe-west4")}
+            )[0].key
+        ),
+        make_config(("ml", policy_spec(placement={"targets": ["gcp-euw4"]}))),
+    ),
+    Case(
+        "started-on-prem-cancels-planned-dispatch",
+        Snapshot(workloads=(workload(phase="started", planned_pool="pool-1"),)),
+        lambda p: (
+            p.actions == (CancelDispatch("w1", "pool-1", "started on-prem before its dispatch"),)
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_scenario(case: Case) -> None:
+    plan = decide.plan(case.snapshot, CATALOG, case.config, NOW)
+    assert case.expect(plan), plan
+    assert plan == decide.plan(case.snapshot, CATALOG, case.config, NOW)  # deterministic
+
+
+def _pool(name: str = "aws-euc1-p3-8xlarge-od-1", **fields: object) -> PoolView:
+    values: dict[str, object] = {
+        "name": name,
+        "target": "aws-euc1",
+        "policy": "ml",
+        "offer": OfferKey("aws", "eu-central-1", "p3.8xlarge", "on-demand", "V100", 4),
+        "nodes": 1,
+        "state": "ready",
+        "created": NOW - H,
+    }
+    values.update(fields)
+    return PoolView(**values)  # type: ignore[arg-type]
+
+
+def test_reuses_a_pool_with_free_room_before_creating_one() -> None:
+    snap = Snapshot(
+        workloads=(workload(deadline=NOW + 3 * H),),
+        onprem=BUSY_V100,
+        pools=(_pool(free_gpus=(3,)),),
+    )
+    plan = decide.plan(snap, CATALOG, make_config(), NOW)
+    assert [a.kind for a in plan.actions] == ["dispatch"]
+    assert dispatches(plan)["w1"].pool == "aws-euc1-p3-8xlarge-od-1"
+    assert "reuses pool aws-euc1-p3-8xlarge-od-1 with free room" in dispatches(plan)["w1"].reason
+
+
+def test_grows_an_existing_pool_of_the_chosen_offer() -> None:
+    cfg = make_config(
+        ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))
+    )
+    full = _pool(
+        "aws-euc1-p3-2xlarge-od-1",
+        offer=OfferKey("aws", "eu-central-1", "p3.2xlarge", "on-demand", "V100", 1),
+        free_gpus=(0,),
+    )
+    snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(full,))
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    resize = [a for a in plan.actions if isinstance(a, ResizePool)]
+    assert resize and resize[0].pool == full.name and resize[0].nodes == 2, plan
+    assert dispatches(plan)["w1"].pool == full.name
+
+
+def test_max_pools_refuses_a_new_pool() -> None:
+    cfg = make_config(
+        (
+            "ml",
+            policy_spec(
+                placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1, "maxNodesPerPool": 1}
+            ),
+        )
+    )
+    full = _pool(free_gpus=(0,))
+    snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(full,))
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    assert "policy ml: max 1 pools reached" in skip_reason(plan, "w1")
+
+
+def test_idle_pool_past_ttl_and_old_pool_are_deleted() -> None:
+    idle = _pool("idle", idle_since=NOW - timedelta(minutes=11))
+    old = _pool("old", created=NOW - 25 * H)
+    fresh = _pool("fresh", idle_since=NOW - timedelta(minutes=3))
+    plan = decide.plan(Snapshot(pools=(idle, old, fresh)), CATALOG, make_config(), NOW)
+    deleted = {a.pool: a.reason for a in plan.actions if isinstance(a, DeletePool)}
+    assert deleted == {"idle": "idle 11m >= idle TTL 10m", "old": "max lifetime 1d reached"}
+
+
+def test_a_burst_ahead_in_the_queue_lets_the_next_one_stay() -> None:
+    # 8 V100 busy for 2 h. `first` (8 GPUs, 3 h) cannot make its 4 h deadline and bursts;
+    # `second` (8 GPUs, 3 h, deadline 6 h) then starts at 2 h and finishes at 5 h: on time.
+    onprem = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + 2 * H),))
+    first = workload(
+        "first", gpus_per_pod=8, deadline=NOW + 4 * H, expected_runtime=3 * H, created=NOW - 2 * H
+    )
+    second = workload("second", gpus_per_pod=8, deadline=NOW + 6 * H, expected_runtime=3 * H)
+    plan = decide.plan(
+        Snapshot(workloads=(first, second), onprem=onprem), CATALOG, make_config(), NOW
+    )
+    assert "first" in dispatches(plan)
+    assert skip_reason(plan, "second").startswith("deadline met on-prem: est. finish 14:00")
+
+
+def test_a_refused_burst_stays_and_puts_the_next_at_risk() -> None:
+    # As above, but `first` belongs to a team with no budget left: it stays on-prem, so `second`
+    # now finishes at 8 h, past its deadline, and bursts in the next round.
+    onprem = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + 2 * H),))
+    first = workload(
+        "first",
+        team="broke",
+        gpus_per_pod=8,
+        deadline=NOW + 4 * H,
+        expected_runtime=3 * H,
+        created=NOW - 2 * H,
+    )
+    second = workload("second", gpus_per_pod=8, deadline=NOW + 6 * H, expected_runtime=3 * H)
+    budgets = (BudgetView("broke", "team", "broke", Money.of("0", "USD")),)
+    plan = decide.plan(
+        Snapshot(workloads=(first, second), onprem=onprem, budgets=budgets),
+        CATALOG,
+        make_config(),
+        NOW,
+    )
+    assert "budget broke: 0.00 USD left" in skip_reason(plan, "first")
+    assert "est. on-prem finish 17:00 > 15:00 - 30m margin" in dispatches(plan)["second"].reason
+
+
+def test_competing_workloads_never_exceed_a_hard_budget() -> None:
+    jobs = tuple(
+        workload(f"j{i}", deadline=NOW + 3 * H + i * timedelta(minutes=1)) for i in range(10)
+    )
+    one = decide.plan(Snapshot(workloads=jobs[:1], onprem=BUSY_V100), CATALOG, make_config(), NOW)
+    each = dispatches(one)["j0"].estimated_cost
+    budget = BudgetView("ml", "team", "ml", Money(each.micros * 3 + 1, "USD"))
+    plan = decide.plan(
+        Snapshot(workloads=jobs, onprem=BUSY_V100, budgets=(budget,)), CATALOG, make_config(), NOW
+    )
+    sent = dispatches(plan)
+    assert sorted(sent) == ["j0", "j1", "j2"]  # most urgent first
+    assert sum(d.estimated_cost.micros for d in sent.values()) <= budget.remaining.micros
+
+
+def test_plan_without_service_config_is_a_clear_error() -> None:
+    with pytest.raises(decide.PlanError, match="needs the ServiceConfig"):
+        decide.plan(Snapshot(), CATALOG, Config(), NOW)
+
+
+def test_missing_exchange_rate_is_a_clear_error() -> None:
+    snap = Snapshot(
+        workloads=(workload(deadline=NOW + 3 * H),),
+        onprem=BUSY_V100,
+        budgets=(BudgetView("b", "team", "ml", Money.of("5", "EUR")),),
+    )
+    with pytest.raises(decide.PlanError, match=r"usdExchangeRates\.EUR"):
+        decide.plan(snap, CATALOG, make_config(), NOW)

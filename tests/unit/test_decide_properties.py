@@ -1,0 +1,308 @@
+"""Invariants of decide.plan() under hypothesis: random queues, pools, budgets and policies.
+
+Every property below is checked on each of 400 generated snapshots against the real shipped
+catalog (one generated snapshot serves all properties: generating is the slow part).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from burst import catalog, decide
+from burst.config import Config
+from burst.model import (
+    BudgetView,
+    CreatePool,
+    Dispatch,
+    OfferKey,
+    OnPrem,
+    Plan,
+    PoolView,
+    ResizePool,
+    RunningWorkload,
+    Snapshot,
+    Workload,
+)
+from burst.money import Money
+from burst.onprem import estimate_all
+from tests.builders import NOW, make_config, policy_spec
+
+CATALOG = catalog.shipped()
+PRODUCTS = ["V100", "T4", "A100"]
+TEAMS = ["cms", "atlas", "lhcb"]
+RATES = {"CHF": "0.80"}
+
+POLICY_VARIANTS: list[dict[str, Any]] = [
+    policy_spec(),
+    policy_spec(
+        trigger={"maxPendingWait": "2h", "quotaExhausted": True},
+        placement={
+            "targets": ["aws-euc1", "gcp-euw4"],
+            "capacity": "spot-if-slack",
+            "accelerators": {"V100": ["V100", "T4", "A10G"], "T4": ["T4", "L4"]},
+        },
+        limits={
+            "currency": "CHF",
+            "maxHourlyPrice": "12.00",
+            "maxNodesPerPool": 3,
+            "maxPools": 2,
+            "maxCostPerJob": "150.00",
+        },
+    ),
+    policy_spec(
+        placement={
+            "targets": ["azure-eastus"],
+            "capacity": "spot",
+            "accelerators": {"A100": ["A100", "A100-80GB"]},
+        },
+        limits={"maxNodesPerPool": 2, "maxPools": 1},
+        teardown={"idleTtl": "5m", "maxLifetime": "6h"},
+    ),
+]
+CONFIGS = [
+    make_config(
+        ("ml", POLICY_VARIANTS[i]),
+        ("other", policy_spec(selector={"namespaces": ["other"]})),
+        rates=RATES,
+    )
+    for i in range(len(POLICY_VARIANTS))
+]
+
+minutes = st.integers(min_value=0, max_value=48 * 60).map(lambda m: timedelta(minutes=m))
+
+
+@st.composite
+def workloads(draw: st.DrawFn, uid: str) -> Workload:
+    created = NOW - draw(minutes)
+    return Workload(
+        uid=uid,
+        kind=draw(st.sampled_from(["Job", "PyTorchJob"])),
+        namespace=draw(st.sampled_from(["ml", "ml", "other", "default"])),
+        name=uid,
+        team=draw(st.sampled_from(TEAMS)),
+        gpus_per_pod=draw(st.sampled_from([1, 1, 2, 4, 8])),
+        pods=draw(st.integers(1, 4)),
+        created=created,
+        pending_since=created,
+        accelerator=draw(st.sampled_from([*PRODUCTS, None])),
+        burstable=draw(st.booleans()),
+        deadline=draw(st.none() | minutes.map(lambda d: NOW + d)),
+        expected_runtime=draw(st.integers(5, 20 * 60).map(lambda m: timedelta(minutes=m))),
+        max_cost=draw(st.none() | st.integers(1, 400).map(lambda a: Money.of(a, "USD"))),
+        priority=draw(st.integers(0, 2)),
+        cpu_per_pod=draw(st.sampled_from([0.0, 4.0, 16.0])),
+        memory_gib_per_pod=draw(st.sampled_from([0.0, 16.0, 120.0])),
+        quota_blocked=draw(st.booleans()),
+        phase=draw(st.sampled_from(["pending"] * 8 + ["started", "planned"])),
+    )
+
+
+@st.composite
+def pools(draw: st.DrawFn, name: str) -> PoolView:
+    offer = draw(
+        st.sampled_from(
+            [
+                OfferKey("aws", "eu-central-1", "p3.8xlarge", "on-demand", "V100", 4),
+                OfferKey("gcp", "europe-west4", "n1-standard-8", "spot", "T4", 1),
+                OfferKey("azure", "eastus", "Standard_NC24ads_A100_v4", "spot", "A100-80GB", 1),
+            ]
+        )
+    )
+    target = {"aws": "aws-euc1", "gcp": "gcp-euw4", "azure": "azure-eastus"}[offer.cloud]
+    nodes = draw(st.integers(1, 3))
+    free = tuple(draw(st.integers(0, offer.gpus)) for _ in range(nodes))
+    return PoolView(
+        name=name,
+        target=target,
+        policy=draw(st.sampled_from(["ml", "other"])),
+        offer=offer,
+        nodes=nodes,
+        state=draw(st.sampled_from(["ready", "creating"])),
+        created=NOW - draw(minutes),
+        free_gpus=free,
+        idle_since=draw(st.none() | minutes.map(lambda d: NOW - d)),
+    )
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
+    n = draw(st.integers(1, 25))
+    ws = tuple(draw(workloads(f"w{i:02d}")) for i in range(n))
+    capacity = {p: draw(st.sampled_from([0, 4, 8, 16])) for p in PRODUCTS}
+    running = tuple(
+        RunningWorkload(f"r{i}", p, draw(st.integers(1, max(1, capacity[p]))), NOW + draw(minutes))
+        for i, p in enumerate(draw(st.lists(st.sampled_from(PRODUCTS), max_size=4)))
+        if capacity[p]
+    )
+    budgets = tuple(
+        BudgetView(
+            f"b-{team}",
+            "team",
+            team,
+            Money.of(draw(st.integers(0, 300)), draw(st.sampled_from(["USD", "CHF"]))),
+            hard=draw(st.booleans()),
+        )
+        for team in draw(st.lists(st.sampled_from(TEAMS), unique=True))
+    )
+    existing = tuple(draw(pools(f"pool-{i}")) for i in range(draw(st.integers(0, 3))))
+    snap = Snapshot(workloads=ws, onprem=OnPrem(capacity, running), pools=existing, budgets=budgets)
+    return snap, draw(st.sampled_from(CONFIGS))
+
+
+def _plan(snap: Snapshot, cfg: Config) -> Plan:
+    return decide.plan(snap, CATALOG, cfg, NOW)
+
+
+def _policy_of(w: Workload, cfg: Config) -> str | None:
+    return {"ml": "ml", "other": "other"}.get(w.namespace)
+
+
+def _pool_offers(snap: Snapshot, plan: Plan) -> dict[str, tuple[OfferKey, str, str]]:
+    found = {p.name: (p.offer, p.target, p.policy) for p in snap.pools}
+    found |= {
+        a.pool: (a.offer, a.target, a.policy) for a in plan.actions if isinstance(a, CreatePool)
+    }
+    return found
+
+
+def no_plan_exceeds_a_hard_budget(snap: Snapshot, cfg: Config, plan: Plan) -> None:
+    by_uid = {w.uid: w for w in snap.workloads}
+    for b in snap.budgets:
+        if not b.hard:
+            continue
+        rate = Decimal(1) if b.remaining.currency == "USD" else Decimal(RATES["CHF"])
+        spent = sum(
+            (Decimal(d.estimated_cost.micros) * rate).to_integral_value(rounding="ROUND_CEILING")
+            for d in plan.actions
+            if isinstance(d, Dispatch)
+            if by_uid[d.workload].team == b.value
+        )
+        assert spent <= max(b.remaining.micros, 0), (b, plan)
+
+
+def no_plan_exceeds_a_cap(snap: Snapshot, cfg: Config, plan: Plan) -> None:
+    offers = _pool_offers(snap, plan)
+    by_uid = {w.uid: w for w in snap.workloads}
+    new_pools: dict[str, int] = {}
+    for a in plan.actions:
+        if isinstance(a, CreatePool | ResizePool):
+            policy = cfg.policies[offers[a.pool][2]].spec
+            assert a.nodes <= policy.limits.max_nodes_per_pool
+        if isinstance(a, CreatePool):
+            new_pools[a.policy] = new_pools.get(a.policy, 0) + 1
+            limits = cfg.policies[a.policy].spec.limits
+            if limits.max_hourly_price is not None:
+                rate = Decimal(1) if limits.currency == "USD" else Decimal(RATES[limits.currency])
+                assert a.hourly.to_decimal() * rate <= limits.max_hourly_price
+        if isinstance(a, Dispatch):
+            w = by_uid[a.workload]
+            limits = cfg.policies[offers[a.pool][2]].spec.limits
+            if w.max_cost is not None:
+                assert a.estimated_cost <= w.max_cost
+            if limits.max_cost_per_job is not None:
+                rate = Decimal(1) if limits.currency == "USD" else Decimal(RATES[limits.currency])
+                assert a.estimated_cost.to_decimal() * rate <= limits.max_cost_per_job + Decimal(
+                    "0.000001"
+                )
+    for policy, count in new_pools.items():
+        active = sum(1 for p in snap.pools if p.policy == policy)
+        assert active + count <= cfg.policies[policy].spec.limits.max_pools or count == 0
+
+
+def dispatches_respect_gpu_and_target(snap: Snapshot, cfg: Config, plan: Plan) -> None:
+    offers = _pool_offers(snap, plan)
+    by_uid = {w.uid: w for w in snap.workloads}
+    assert cfg.service is not None
+    regions = {t.name: (t.cloud, t.region) for t in cfg.service.spec.targets}
+    for d in plan.actions:
+        if not isinstance(d, Dispatch):
+            continue
+        w = by_uid[d.workload]
+        offer, target, policy_name = offers[d.pool]
+        policy = cfg.policies[policy_name]
+        assert policy_name == _policy_of(w, cfg)
+        assert offer.accelerator in decide.allowed_accelerators(policy, w.accelerator, CATALOG)
+        assert target in policy.spec.placement.targets and d.target == target
+        assert (offer.cloud, offer.region) == regions[target]
+        assert offer.gpus >= w.gpus_per_pod
+        if offer.capacity == "spot":
+            assert policy.spec.placement.capacity != "on-demand"
+
+
+def only_pending_burstable_workloads_are_touched_and_each_exactly_once(
+    snap: Snapshot, cfg: Config, plan: Plan
+) -> None:
+    dispatched = [a.workload for a in plan.actions if isinstance(a, Dispatch)]
+    skipped = [s.workload for s in plan.skips]
+    expected = {w.uid for w in snap.workloads if w.burstable and w.phase == "pending"}
+    assert sorted(dispatched + skipped) == sorted(expected)
+    for s in plan.skips:
+        assert s.reason
+
+
+def workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger(
+    snap: Snapshot, cfg: Config, plan: Plan
+) -> None:
+    dispatched = {a.workload for a in plan.actions if isinstance(a, Dispatch)}
+    pending = [w for w in snap.workloads if w.phase == "pending"]
+    runtimes = {w.uid: w.expected_runtime or decide.DEFAULT_RUNTIME for w in pending}
+    # Ahead of a workload, exactly the dispatched ones leave the queue.
+    estimates = estimate_all(snap.onprem, pending, runtimes, NOW, frozenset(dispatched))
+    for w in pending:
+        if w.uid not in dispatched:
+            continue
+        policy = cfg.policies[_policy_of(w, cfg) or ""].spec
+        est = estimates[w.uid]
+        max_wait = policy.trigger.max_pending_wait
+        fired = (
+            est.finish is None
+            or (
+                w.deadline is not None
+                and est.finish > w.deadline - policy.trigger.deadline_safety_margin
+            )
+            or (max_wait is not None and NOW - w.pending_since >= max_wait)
+            or (w.quota_blocked and policy.trigger.quota_exhausted)
+        )
+        assert fired, (w, est)
+
+
+def the_same_input_gives_the_same_plan(snap: Snapshot, cfg: Config, plan: Plan) -> None:
+    first = plan
+    assert _plan(snap, cfg) == first
+    assert (
+        _plan(
+            Snapshot(
+                **{
+                    **snap.__dict__,
+                    "workloads": tuple(reversed(snap.workloads)),
+                    "pools": tuple(reversed(snap.pools)),
+                }
+            ),
+            cfg,
+        )
+        == first
+    )
+
+
+PROPERTIES = [
+    no_plan_exceeds_a_hard_budget,
+    no_plan_exceeds_a_cap,
+    dispatches_respect_gpu_and_target,
+    only_pending_burstable_workloads_are_touched_and_each_exactly_once,
+    workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger,
+    the_same_input_gives_the_same_plan,
+]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_plan_invariants(scenario: tuple[Snapshot, Config]) -> None:
+    snap, cfg = scenario
+    plan = _plan(snap, cfg)
+    for check in PROPERTIES:
+        check(snap, cfg, plan)
