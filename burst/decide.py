@@ -28,7 +28,6 @@ Every pending burstable workload ends with an action or a Skip that says why, in
 from __future__ import annotations
 
 import hashlib
-import heapq
 import math
 import re
 from collections import defaultdict
@@ -165,20 +164,48 @@ class _OpenPool:
     used: bool = False
     cost_micros: int = 0
     reasons: list[str] = field(default_factory=list)
+    free_max: int = 0
+    free_total: int = 0
 
     @property
     def nodes(self) -> int:
         return len(self.free)
 
-    def fits(self, w: Workload, extra_nodes: int = 0) -> bool:
-        free = self.free + [self.offer.gpus] * extra_nodes
-        return _first_fit(free, w.gpus_per_pod, w.pods) is not None
+    def extra_nodes_for(self, w: Workload) -> int | None:
+        """How many empty nodes must be added for `w` to fit (0: it fits now); None: never.
+
+        All pods of a workload are the same size, so first-fit places exactly the sum over nodes
+        of free // per-pod GPUs; no search is needed.
+        """
+        per_pod = w.gpus_per_pod
+        per_new_node = self.offer.gpus // per_pod
+        if per_new_node == 0:
+            return None
+        short = (
+            w.pods - sum(f // per_pod for f in self.free) if self.free_max >= per_pod else w.pods
+        )
+        return max(0, -(-short // per_new_node))
+
+    def fits(self, w: Workload) -> bool:
+        return self.free_total >= w.gpus and self.extra_nodes_for(w) == 0
+
+    def grow(self, nodes: int) -> None:
+        self.free = self.free + [self.offer.gpus] * nodes
+        self._refresh()
 
     def place(self, w: Workload) -> None:
         placed = _first_fit(self.free, w.gpus_per_pod, w.pods)
         assert placed is not None
         self.free = placed
         self.used = True
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self.free_max = max(self.free, default=0)
+        self.free_total = sum(self.free)
+
+    def __post_init__(self) -> None:
+        self._refresh()
 
 
 def _first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
@@ -248,7 +275,10 @@ class _Planner:
         self.unavailable = frozenset(snapshot.unavailable)
         self.shapes: dict[tuple[object, ...], _Shape] = {}
         self.pools: list[_OpenPool] = []
+        self.pools_by_policy: dict[str, list[_OpenPool]] = defaultdict(list)
+        self.pools_by_offer: dict[tuple[str, str, OfferKey], list[_OpenPool]] = defaultdict(list)
         self.pools_of_policy: dict[str, int] = defaultdict(int)
+        self.eligible: dict[tuple[object, ...], list[_OpenPool]] = {}
         self.actions: list[Action] = []
         self.dispatches: list[Dispatch] = []
         self.skips: dict[str, Skip] = {}
@@ -289,7 +319,7 @@ class _Planner:
             ready_at = self.now
             if pv.state != "ready":
                 ready_at = max(self.now, pv.created + target.provisioning)
-            self.pools.append(
+            self._open(
                 _OpenPool(
                     pv.name,
                     target,
@@ -315,6 +345,12 @@ class _Planner:
             idle = format_duration(self.now - pv.idle_since)
             return f"idle {idle} >= idle TTL {format_duration(ttl)}"
         return None
+
+    def _open(self, pool: _OpenPool) -> _OpenPool:
+        self.pools.append(pool)
+        self.pools_by_policy[pool.policy].append(pool)
+        self.pools_by_offer[(pool.policy, pool.target.name, pool.offer)].append(pool)
+        return pool
 
     # -- candidates --
 
@@ -379,23 +415,17 @@ class _Planner:
         # 1. Reuse a pool with free room.
         best_reuse: tuple[int, datetime, str, _OpenPool] | None = None
         allowed = set(allowed_accelerators(p, w.accelerator, self.catalog))
-        for pool in self.pools:
-            if (
-                pool.policy != p.metadata.name
-                or pool.target.name not in spec.placement.targets
-                or pool.offer.accelerator not in allowed
-                or (pool.offer.capacity == "spot" and not spot_ok)
-                or not pool.fits(w)
-            ):
+        for pool in self._eligible_pools(want, allowed, spot_ok):
+            if not pool.fits(w):
                 continue
             finish = max(self.now, pool.ready_at) + want.runtime
             if deadline is not None and finish > deadline:
                 continue
             share = Decimal(w.gpus) / pool.offer.gpus
             cost = math.ceil(share * _node_cost(pool.hourly_micros, 1, want.runtime))
-            option = (cost, finish, pool.name, pool)
-            if best_reuse is None or option[:3] < best_reuse[:3]:
-                best_reuse = option
+            reuse = (cost, finish, pool.name, pool)
+            if best_reuse is None or reuse[:3] < best_reuse[:3]:
+                best_reuse = reuse
         if best_reuse is not None:
             cost, finish, _, pool = best_reuse
             why = self._cost_refusal(want, cost, max_cost_usd)
@@ -406,50 +436,94 @@ class _Planner:
             refusals.append(why)
 
         # 2. New capacity: the cheapest total cost, growing a pool of that offer before opening one.
+        if self.pools_of_policy[p.metadata.name] >= spec.limits.max_pools:
+            why = self._grow_at_pool_limit(want, allowed, spot_ok, max_cost_usd)
+            if why is None:
+                return None
+            refusals.append(why)
+            return "; ".join(dict.fromkeys(refusals))
         # Within one target every offer bills the same duration, so each target's list (sorted by
-        # price x nodes) is already in total-cost order: merge the targets' lists lazily.
+        # price x nodes) is already in total-cost order: the cheapest is the best of the heads.
         by_capacity = self.candidates(want)
         capacities: tuple[CapacityType, ...] = ("on-demand", "spot") if spot_ok else ("on-demand",)
-        heap: list[tuple[int, datetime, str, str, int, list[_Candidate]]] = []
-
-        def push(cands: list[_Candidate], start: int) -> None:
-            for i in range(start, len(cands)):
-                c = cands[i]
-                if c.offer.key in self.unavailable:
-                    continue
-                finish = self.now + c.target.provisioning + want.runtime
-                billed = c.target.provisioning + want.runtime + spec.teardown.idle_ttl
-                total = _node_cost(c.offer.hourly.micros, c.nodes, billed)
-                heapq.heappush(heap, (total, finish, c.target.name, str(c.offer.key), i, cands))
-                return
-
+        cheapest: tuple[int, datetime, str, str, _Candidate] | None = None
         for capacity in capacities:
             for target_name, cands in by_capacity[capacity].items():
                 target = self.targets[target_name]
-                if deadline is None or self.now + target.provisioning + want.runtime <= deadline:
-                    push(cands, 0)
-        if not heap:
+                finish = self.now + target.provisioning + want.runtime
+                if deadline is not None and finish > deadline:
+                    continue
+                c = next((c for c in cands if c.offer.key not in self.unavailable), None)
+                if c is None:
+                    continue
+                billed = target.provisioning + want.runtime + spec.teardown.idle_ttl
+                total = _node_cost(c.offer.hourly.micros, c.nodes, billed)
+                choice = (total, finish, target_name, str(c.offer.key), c)
+                if cheapest is None or choice[:4] < cheapest[:4]:
+                    cheapest = choice
+        if cheapest is None:
             refusals.append(self._no_offer_reason(want, capacities, by_capacity))
             return "; ".join(refusals)
-        while heap:
-            total, finish, _, _, i, cands = heapq.heappop(heap)
-            c = cands[i]
-            why = self._cost_refusal(want, total, max_cost_usd)
-            if why is not None:
-                refusals.append(why)
-                break  # every later option costs at least as much
-            into = self._pool_for(want, c)
-            if into is None:
-                refusals.append(
-                    f"policy {p.metadata.name}: max {spec.limits.max_pools} pools reached"
-                )
-                push(cands, i + 1)
+        total, finish, _, _, c = cheapest
+        why = self._cost_refusal(want, total, max_cost_usd)
+        if why is not None:
+            refusals.append(why)
+            return "; ".join(dict.fromkeys(refusals))
+        into = self._pool_for(want, c)
+        into.place(w)
+        where = f"{c.target.name} {c.offer.instance_type} {c.offer.capacity}"
+        self._dispatch(want, into, total, finish, where)
+        return None
+
+    def _eligible_pools(self, want: _Want, allowed: set[str], spot_ok: bool) -> list[_OpenPool]:
+        """The policy's open pools whose target, GPU and capacity type suit `want`.
+
+        Cached per (policy, GPU request, spot allowed) until a pool opens: the decision asks this
+        for every workload, and most share these three.
+        """
+        policy = want.policy
+        key = (policy.metadata.name, want.w.accelerator, spot_ok, len(self.pools))
+        found = self.eligible.get(key)
+        if found is None:
+            found = [
+                pool
+                for pool in self.pools_by_policy[policy.metadata.name]
+                if pool.target.name in policy.spec.placement.targets
+                and pool.offer.accelerator in allowed
+                and (spot_ok or pool.offer.capacity != "spot")
+            ]
+            self.eligible[key] = found
+        return found
+
+    def _grow_at_pool_limit(
+        self, want: _Want, allowed: set[str], spot_ok: bool, max_cost_usd: int | None
+    ) -> str | None:
+        """At the policy's pool limit only growing an open pool is left: the cheapest that fits."""
+        w, spec = want.w, want.policy.spec
+        best: tuple[int, datetime, str, _OpenPool, int] | None = None
+        for pool in self._eligible_pools(want, allowed, spot_ok):
+            if pool.offer in self.unavailable or pool.nodes >= spec.limits.max_nodes_per_pool:
                 continue
-            into.place(w)
-            where = f"{c.target.name} {c.offer.instance_type} {c.offer.capacity}"
-            self._dispatch(want, into, total, finish, where)
-            return None
-        return "; ".join(dict.fromkeys(refusals))
+            extra = pool.extra_nodes_for(w)
+            if not extra or extra > spec.limits.max_nodes_per_pool - pool.nodes:
+                continue
+            finish = self.now + pool.target.provisioning + want.runtime
+            if w.deadline is not None and finish > w.deadline:
+                continue
+            billed = pool.target.provisioning + want.runtime + spec.teardown.idle_ttl
+            total = _node_cost(pool.hourly_micros, extra, billed)
+            if best is None or (total, finish, pool.name) < best[:3]:
+                best = (total, finish, pool.name, pool, extra)
+        if best is None:
+            return f"policy {want.policy.metadata.name}: max {spec.limits.max_pools} pools reached"
+        total, finish, _, pool, extra = best
+        why = self._cost_refusal(want, total, max_cost_usd)
+        if why is not None:
+            return why
+        pool.grow(extra)
+        pool.place(w)
+        self._dispatch(want, pool, total, finish, f"grows pool {pool.name} by {extra} node(s)")
+        return None
 
     def _spot_allowed(self, want: _Want) -> bool:
         mode = want.policy.spec.placement.capacity
@@ -506,23 +580,15 @@ class _Planner:
             f"earliest cloud finish {_at(finish, self.now)}"
         )
 
-    def _pool_for(self, want: _Want, c: _Candidate) -> _OpenPool | None:
+    def _pool_for(self, want: _Want, c: _Candidate) -> _OpenPool:
+        """An open pool of the candidate's offer that can grow to fit, else a new one."""
         limit = want.policy.spec.limits
         name = want.policy.metadata.name
-        for pool in self.pools:
-            if (
-                pool.policy != name
-                or pool.target.name != c.target.name
-                or pool.offer != c.offer.key
-            ):
-                continue
-            grow = limit.max_nodes_per_pool - pool.nodes
-            extra = next((n for n in range(0, grow + 1) if pool.fits(want.w, n)), None)
-            if extra is not None:
-                pool.free += [c.offer.gpus] * extra
+        for pool in self.pools_by_offer[(name, c.target.name, c.offer.key)]:
+            extra = pool.extra_nodes_for(want.w)
+            if extra is not None and extra <= limit.max_nodes_per_pool - pool.nodes:
+                pool.grow(extra)
                 return pool
-        if self.pools_of_policy[name] >= limit.max_pools:
-            return None
         self.pools_of_policy[name] += 1
         pool = _OpenPool(
             self._pool_name(c),
@@ -530,14 +596,12 @@ class _Planner:
             name,
             c.offer.key,
             c.offer.hourly.micros,
-            [],
+            [c.offer.gpus] * c.nodes,
             self.now + c.target.provisioning,
             False,
             0,
         )
-        pool.free = [c.offer.gpus] * c.nodes
-        self.pools.append(pool)
-        return pool
+        return self._open(pool)
 
     def _pool_name(self, c: _Candidate) -> str:
         """Deterministic: target, instance type, capacity and a generation one past any in use."""

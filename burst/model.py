@@ -59,11 +59,14 @@ class Offer:
     price_source: PriceSource = "catalog"
     zones: tuple[str, ...] = ()
 
-    @property
-    def key(self) -> OfferKey:
-        return OfferKey(
+    key: OfferKey = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Computed once: the decision looks offers up by key in its inner loops.
+        key = OfferKey(
             self.cloud, self.region, self.instance_type, self.capacity, self.accelerator, self.gpus
         )
+        object.__setattr__(self, "key", key)
 
 
 WorkloadKind = Literal["Job", "PyTorchJob"]
