@@ -1,0 +1,90 @@
+"""A local Kubernetes for burst: an API server the official client uses unchanged, plus a
+simulated control plane (Job and PyTorchJob controllers, a GPU-aware scheduler, a kubelet that
+runs pods on a Clock, garbage collection).
+
+Used by `burst sandbox up`, by `burst demo` and by the tests; nothing else in burst imports it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from burst.clock import Clock, SystemClock
+from burst.sandbox.controllers import ControlPlane
+from burst.sandbox.server import ApiServer
+from burst.sandbox.store import Store
+
+
+class Sandbox:
+    """An API server on 127.0.0.1 and its control plane, started and stopped together."""
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        token: str | None = None,
+        clock: Clock | None = None,
+        history: int = 200_000,
+        bookmark_every: float = 1.0,
+        tick: float = 0.05,
+        default_duration: float = 30.0,
+        controllers: bool = True,
+    ) -> None:
+        self.clock = clock or SystemClock()
+        self.store = Store(self.clock, history=history)
+        self.server = ApiServer(self.store, port=port, token=token, bookmark_every=bookmark_every)
+        self.control = (
+            ControlPlane(self.store, self.clock, tick=tick, default_duration=default_duration)
+            if controllers
+            else None
+        )
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, name="sandbox-api", daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def start(self) -> Sandbox:
+        self._thread.start()
+        if self.control is not None:
+            self.control.start()
+        return self
+
+    def stop(self) -> None:
+        if self.control is not None:
+            self.control.stop()
+        self.server.stop()
+        self._thread.join(timeout=5)
+
+    def reset(self) -> None:
+        """Back to an empty cluster (default namespaces only), for the next test."""
+        if self.control is not None:
+            self.control.reset()
+        self.store.reset()
+
+    def __enter__(self) -> Sandbox:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def kubeconfig(self, path: Path, name: str = "burst-sandbox") -> Path:
+        user: dict[str, Any] = {"token": self.server.token} if self.server.token else {}
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": name,
+            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "users": [{"name": name, "user": user}],
+            "contexts": [
+                {"name": name, "context": {"cluster": name, "user": name, "namespace": "default"}}
+            ],
+        }
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
