@@ -6,6 +6,7 @@ and the kubernetes client load only for the commands that use them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -29,6 +30,10 @@ config_app = typer.Typer(help="Check the YAML configuration documents.", no_args
 db_app = typer.Typer(help="Create and check the database schema.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(db_app, name="db")
+sandbox_app = typer.Typer(
+    help="A local Kubernetes API server with simulated GPU nodes.", no_args_is_help=True
+)
+app.add_typer(sandbox_app, name="sandbox")
 
 ConfigOption = Annotated[
     Path | None,
@@ -312,6 +317,60 @@ def db_check(url: UrlOption = None, config_path: ConfigOption = None) -> None:
             f"database {shown}: {exc.__class__.__name__}: {getattr(exc, 'orig', None) or exc}"
         ) from None
     typer.echo(f"database {shown} is at revision {db.head_revision()} and matches the tables")
+
+
+@sandbox_app.command("up")
+def sandbox_up(
+    nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.")] = 4,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.")] = 4,
+    gpu: Annotated[str, typer.Option(help="GPU product label of the nodes.")] = "Tesla-V100",
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 0,
+    kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")] = Path(
+        "sandbox.kubeconfig"
+    ),
+    token_file: Annotated[
+        Path | None,
+        typer.Option(help="Require the bearer token in this file (written to the kubeconfig)."),
+    ] = None,
+    duration: Annotated[
+        str,
+        typer.Option(
+            help="How long a pod runs unless its sandbox.burst.dev/duration annotation says."
+        ),
+    ] = "30s",
+) -> None:
+    """Start a sandbox cluster and keep it up until Ctrl-C."""
+    import signal
+    import threading
+
+    from burst.duration import DurationError, parse_duration
+    from burst.sandbox import Sandbox, gpu_node
+    from burst.sandbox.resources import BY_KIND
+
+    try:
+        default_duration = parse_duration(duration).total_seconds()
+    except DurationError as exc:
+        raise _fail(str(exc)) from None
+    token = token_file.read_text().strip() if token_file else None
+    try:
+        sandbox = Sandbox(port=port, token=token, default_duration=default_duration).start()
+    except OSError as exc:
+        raise _fail(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+    for i in range(nodes):
+        sandbox.store.create(BY_KIND["Node"], "", gpu_node(f"sandbox-gpu-{i}", gpu, gpus_per_node))
+    sandbox.kubeconfig(kubeconfig)
+    typer.echo(
+        f"sandbox API server at {sandbox.url} with {nodes} node(s) of {gpus_per_node}x {gpu}"
+    )
+    typer.echo(f"kubeconfig written to {kubeconfig}; try:")
+    typer.echo(f"  export KUBECONFIG={kubeconfig.resolve()}")
+    typer.echo("  kubectl get nodes")
+    typer.echo("Ctrl-C stops it.", err=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        done.wait()
+    sandbox.stop()
 
 
 @app.command("version")

@@ -8,9 +8,11 @@ gets a database of its own, created on that server and dropped afterwards.
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
@@ -66,3 +68,42 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine = db.make_engine(make_url(database_url))
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def sandbox_server() -> Iterator[Any]:
+    """One sandbox cluster per test module, on a free port; pods run 0.2 s unless annotated."""
+    from burst.sandbox import Sandbox
+
+    sandbox = Sandbox(tick=0.02, default_duration=0.2, bookmark_every=0.2).start()
+    yield sandbox
+    sandbox.stop()
+
+
+@pytest.fixture
+def sandbox(sandbox_server: Any) -> Any:
+    """The module's sandbox, emptied for this test."""
+    sandbox_server.reset()
+    return sandbox_server
+
+
+@pytest.fixture
+def kube(sandbox: Any) -> Iterator[Any]:
+    """An official-client ApiClient for the sandbox."""
+    from kubernetes import client
+
+    api = client.ApiClient(client.Configuration(host=sandbox.url))
+    yield api
+    api.close()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, every: float = 0.02) -> Any:
+    """Poll until `predicate()` is truthy; its value, or AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(every)

@@ -19,6 +19,62 @@ from burst.sandbox.server import ApiServer
 from burst.sandbox.store import Store
 
 
+def gpu_node(
+    name: str,
+    product: str = "Tesla-V100",
+    gpus: int = 4,
+    cpu: int = 32,
+    memory_gib: int = 256,
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """A ready GPU node as the NVIDIA device plugin and GPU feature discovery describe one."""
+    resources = {
+        "cpu": str(cpu),
+        "memory": f"{memory_gib}Gi",
+        "nvidia.com/gpu": str(gpus),
+        "pods": "110",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "nvidia.com/gpu.product": product,
+                "nvidia.com/gpu.count": str(gpus),
+                **(labels or {}),
+            },
+        },
+        "spec": {"taints": taints or []},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "sandbox kubelet is posting ready status",
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.31.0-sandbox",
+                "kubeProxyVersion": "v1.31.0",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": "burst sandbox",
+                "kernelVersion": "6.1.0",
+                "containerRuntimeVersion": "sandbox://1.0",
+                "machineID": name,
+                "systemUUID": name,
+                "bootID": name,
+            },
+        },
+    }
+
+
 class Sandbox:
     """An API server on 127.0.0.1 and its control plane, started and stopped together."""
 

@@ -144,3 +144,54 @@ def api_group_list() -> dict[str, Any]:
         gv = {"groupVersion": api_version, "version": version}
         out.append({"name": group, "versions": [gv], "preferredVersion": gv})
     return {"kind": "APIGroupList", "apiVersion": "v1", "groups": out}
+
+
+def openapi_v3_root() -> dict[str, Any]:
+    """The OpenAPI v3 index kubectl reads before it validates a manifest."""
+    paths = {}
+    for api_version in groups():
+        prefix = "api" if "/" not in api_version else "apis"
+        paths[f"{prefix}/{api_version}"] = {
+            "serverRelativeURL": f"/openapi/v3/{prefix}/{api_version}?hash=sandbox"
+        }
+    return {"paths": paths}
+
+
+def openapi_v3(api_version: str) -> dict[str, Any] | None:
+    """A permissive schema per kind: kubectl finds every kind, and the server checks the rest."""
+    found = groups().get(api_version)
+    if found is None:
+        return None
+    schemas = {}
+    for r in found:
+        package = f"io.k8s.api.{r.group.split('.')[0] or 'core'}.{r.version}.{r.kind}"
+        schemas[package] = {
+            "type": "object",
+            "x-kubernetes-group-version-kind": [
+                {"group": r.group, "kind": r.kind, "version": r.version}
+            ],
+            "x-kubernetes-preserve-unknown-fields": True,
+        }
+    # kubectl looks for the PATCH operation of each kind and its `fieldValidation` parameter; when
+    # the server has it, kubectl leaves validation to the server instead of downloading schemas.
+    paths = {}
+    for r in found:
+        prefix = f"/apis/{r.api_version}" if r.group else "/api/v1"
+        scope = "/namespaces/{namespace}" if r.namespaced else ""
+        gvk = {"group": r.group, "version": r.version, "kind": r.kind}
+        paths[f"{prefix}{scope}/{r.plural}/{{name}}"] = {
+            "patch": {
+                "operationId": f"patch{r.kind}",
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "burst sandbox", "version": "v1.31.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }

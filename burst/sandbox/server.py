@@ -163,6 +163,15 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/apis":
             return resources.api_group_list()
         parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["openapi", "v3"]:
+            if len(parts) == 2:
+                return resources.openapi_v3_root()
+            found = resources.openapi_v3("/".join(parts[3:]))
+            if found is None:
+                raise ApiError(
+                    404, "NotFound", f"the server could not find the requested resource ({path})"
+                )
+            return found
         if parts == ["api", "v1"]:
             return resources.resource_list("v1")
         if len(parts) == 3 and parts[0] == "apis":
