@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import heapq
+import logging
 import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -29,6 +30,7 @@ from burst.sandbox.errors import ApiError
 from burst.sandbox.resources import BY_KIND, Resource
 from burst.sandbox.store import Obj, Store, timestamp
 
+log = logging.getLogger(__name__)
 DURATION = "sandbox.burst.dev/duration"
 EXIT_CODE = "sandbox.burst.dev/exit-code"
 JOB_CONTROLLER = "kubernetes.io/job-controller"
@@ -124,6 +126,7 @@ class ControlPlane:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dirty: set[tuple[str, str, str]] = set()
+        self._foreground: set[tuple[str, str, str]] = set()  # owners deleting in the foreground
         self._reschedule = False
         self._running: list[tuple[datetime, str, str, str]] = []  # (end, namespace, name, uid)
         self._thread = threading.Thread(
@@ -144,6 +147,7 @@ class ControlPlane:
     def reset(self) -> None:
         with self._lock:
             self._dirty.clear()
+            self._foreground.clear()
             self._running.clear()
 
     def _notify(self, type_: str, res: Resource, obj: Obj) -> None:
@@ -161,6 +165,10 @@ class ControlPlane:
                 )
             if type_ == "DELETED":
                 self._dirty.add(("deleted-owner", meta.get("uid", ""), ""))
+            elif meta.get("deletionTimestamp") and "foregroundDeletion" in (
+                meta.get("finalizers") or []
+            ):
+                self._foreground.add((res.kind, meta.get("namespace", ""), meta.get("name", "")))
         self._wake.set()
 
     def _loop(self) -> None:
@@ -171,6 +179,10 @@ class ControlPlane:
                 self.step()
             except ApiError:
                 self._wake.set()  # a conflict with a concurrent writer: try again next round
+            except Exception:
+                # A control plane that dies silently would hang every test on it: say why, go on.
+                log.exception("sandbox control plane step failed")
+                self._wake.set()
 
     def step(self) -> None:
         """One round of every controller over what changed, and of the kubelet over the clock."""
@@ -186,11 +198,13 @@ class ControlPlane:
             elif kind == "Node":
                 self._node(name)
         self._collect_garbage(deleted_uids)
-        pending = (
-            [p for p in self.store.objects(PODS) if self._needs_scheduling(p)]
-            if (reschedule or any(k == "Pod" for k, _, _ in dirty))
-            else []
-        )
+        # Pods that did not fit wait until room may have appeared (a node came, a pod ended).
+        if reschedule:
+            candidates = self.store.objects(PODS)
+        else:
+            found = (self.store.find(PODS, ns, name) for kind, ns, name in dirty if kind == "Pod")
+            candidates = [p for p in found if p is not None]
+        pending = [p for p in candidates if self._needs_scheduling(p)]
         if pending:
             self._schedule(pending)
         for kind, namespace, name in sorted(dirty):
@@ -206,17 +220,20 @@ class ControlPlane:
                 refs = _meta(obj).get("ownerReferences") or []
                 if all(not self.store.uid_exists(r.get("uid", "")) for r in refs):
                     self._delete(res, obj, "Background")
-        for res in (JOBS, PYTORCHJOBS, PODS):
-            for owner in self.store.objects(res):
+        with self._lock:
+            foreground, self._foreground = self._foreground, set()
+        for kind, namespace, name in sorted(foreground):
+            res = BY_KIND[kind]
+            owner = self.store.find(res, namespace, name)
+            if owner is not None:
                 meta = _meta(owner)
-                if not meta.get("deletionTimestamp") or "foregroundDeletion" not in (
-                    meta.get("finalizers") or []
-                ):
-                    continue
                 children = self.store.dependents(meta["uid"])
                 for child_res, child in children:
                     self._delete(child_res, child, "Foreground")
-                if not children:
+                if children:
+                    with self._lock:  # look again once they are gone
+                        self._foreground.add((kind, namespace, name))
+                else:
                     finalizers = [f for f in meta["finalizers"] if f != "foregroundDeletion"]
                     self._update(res, {**owner, "metadata": {**meta, "finalizers": finalizers}})
 
@@ -536,7 +553,7 @@ class ControlPlane:
 
     def _schedule(self, pending: list[Obj]) -> None:
         nodes = sorted(self.store.objects(NODES), key=lambda n: _meta(n)["name"])
-        free = self._free()
+        free = self._free() if nodes else {}  # no nodes: nothing to add up over every pod
         pending.sort(key=lambda p: (_meta(p).get("creationTimestamp", ""), _meta(p)["name"]))
         for pod in pending:
             wanted = pod_requests(pod)
@@ -583,12 +600,7 @@ class ControlPlane:
             return
         now = self.clock.now()
         annotations = _meta(pod).get("annotations") or {}
-        seconds = self.default_duration
-        if DURATION in annotations:
-            try:
-                seconds = parse_duration(str(annotations[DURATION])).total_seconds()
-            except DurationError:
-                seconds = float(annotations[DURATION])
+        seconds = _seconds(annotations.get(DURATION), self.default_duration)
         containers = (pod.get("spec") or {}).get("containers") or []
         running = {
             **status,
@@ -664,6 +676,21 @@ class ControlPlane:
                 "phase"
             ) not in TERMINAL:
                 self._terminate(pod, 137, "NodeLost", now)
+
+
+def _seconds(text: object, default: float) -> float:
+    """A run time as `90`, `0.5s` or `1h30m`; anything unreadable runs for the default."""
+    if text is None:
+        return default
+    value = str(text).strip()
+    try:
+        return float(value[:-1] if value.endswith("s") else value)
+    except ValueError:
+        pass
+    try:
+        return parse_duration(value).total_seconds()
+    except DurationError:
+        return default
 
 
 def _tolerated(taint: dict[str, Any], tolerations: list[dict[str, Any]]) -> bool:
