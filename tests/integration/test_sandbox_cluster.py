@@ -4,6 +4,7 @@ node loss."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from kubernetes import client
@@ -258,3 +259,25 @@ def test_deleting_a_node_fails_its_pods_like_a_spot_interruption(kube: Any) -> N
             for c in batch.read_namespaced_job("long", "default").status.conditions or []
         )
     )
+
+
+def test_pods_run_on_the_sandbox_clock() -> None:
+    # With a FakeClock, a pod runs exactly as long as the test moves the clock.
+    from datetime import timedelta
+
+    from burst.clock import FakeClock
+    from burst.sandbox import Sandbox
+
+    clock = FakeClock()
+    with Sandbox(clock=clock, tick=0.01) as sandbox:
+        api = client.ApiClient(client.Configuration(host=sandbox.url))
+        core = client.CoreV1Api(api)
+        core.create_node(gpu_node("n0"))
+        core.create_namespaced_pod("default", pod("timed", seconds="10m"))
+        wait_for(lambda: core.read_namespaced_pod("timed", "default").status.phase == "Running")
+        clock.advance(timedelta(minutes=9, seconds=59))
+        time.sleep(0.1)
+        assert core.read_namespaced_pod("timed", "default").status.phase == "Running"
+        clock.advance(timedelta(seconds=1))
+        wait_for(lambda: core.read_namespaced_pod("timed", "default").status.phase == "Succeeded")
+        api.close()
