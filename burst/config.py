@@ -144,8 +144,7 @@ class AwsCluster(Strict):
     cluster_name: str
     node_role_arn: str | None = None
     subnet_ids: list[str] = []
-    profile: str | None = None
-    role_arn: str | None = None
+    profile: str | None = None  # a named profile; it may assume a role (role_arn in ~/.aws/config)
     ami_type: str = "AL2023_x86_64_NVIDIA"
 
 

@@ -1,0 +1,280 @@
+"""AWS: GPU node pools as EKS managed node groups, through boto3.
+
+Pure translators (`to_request`, `to_pool`, `map_error`) turn burst's PoolSpec into an EKS
+CreateNodegroup request and EKS answers into Pools and typed errors; `AwsProvider` is the thin
+client around them. Credentials come from boto3's standard chain, optionally a named profile;
+they are never logged or stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from burst.model import Offer
+from burst.provider import (
+    TAG_OWNER,
+    TAG_POOL,
+    CapacityUnavailable,
+    InvalidRequest,
+    Pool,
+    PoolNotFound,
+    PoolPhase,
+    PoolSpec,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExceeded,
+    Throttled,
+    TokenBucket,
+    with_retries,
+)
+
+_EFFECTS = {
+    "NoSchedule": "NO_SCHEDULE",
+    "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+    "NoExecute": "NO_EXECUTE",
+}
+_PHASES: Mapping[str, PoolPhase] = {
+    "CREATING": "creating",
+    "ACTIVE": "ready",
+    "UPDATING": "resizing",
+    "DELETING": "deleting",
+    "CREATE_FAILED": "failed",
+    "DELETE_FAILED": "failed",
+    "DEGRADED": "failed",
+}
+_CAPACITY_CODES = {
+    "InsufficientInstanceCapacity",
+    "InsufficientCapacity",
+    "UnsupportedAvailabilityZoneException",
+    "AsgInstanceLaunchFailures",
+}
+_THROTTLE_CODES = {
+    "ThrottlingException",
+    "Throttling",
+    "TooManyRequestsException",
+    "RequestLimitExceeded",
+}
+
+
+def to_request(
+    spec: PoolSpec,
+    token: str,
+    cluster: str,
+    node_role_arn: str | None,
+    subnets: list[str],
+    ami_type: str,
+) -> dict[str, Any]:
+    """The CreateNodegroup request for `spec` (pure)."""
+    request: dict[str, Any] = {
+        "clusterName": cluster,
+        "nodegroupName": spec.name,
+        "scalingConfig": {"minSize": 0, "maxSize": max(spec.nodes, 1), "desiredSize": spec.nodes},
+        "subnets": subnets,
+        "instanceTypes": [spec.offer.instance_type],
+        "amiType": ami_type,
+        "capacityType": "SPOT" if spec.offer.capacity == "spot" else "ON_DEMAND",
+        "labels": spec.node_labels(),
+        "taints": [
+            {"key": t.key, "value": t.value, "effect": _EFFECTS[t.effect]} for t in spec.taints
+        ],
+        "tags": spec.tags(token),
+        "clientRequestToken": token,
+    }
+    if node_role_arn:
+        request["nodeRole"] = node_role_arn
+    return request
+
+
+def to_pool(nodegroup: Mapping[str, Any]) -> Pool:
+    """A DescribeNodegroup answer as a Pool (pure)."""
+    tags = dict(nodegroup.get("tags") or {})
+    issues = (nodegroup.get("health") or {}).get("issues") or []
+    message = "; ".join(f"{i.get('code')}: {i.get('message')}" for i in issues)
+    scaling = nodegroup.get("scalingConfig") or {}
+    return Pool(
+        name=tags.get(TAG_POOL, nodegroup["nodegroupName"]),
+        phase=_PHASES.get(str(nodegroup.get("status")), "failed"),
+        nodes=int(scaling.get("desiredSize", 0)),
+        instance_type=(nodegroup.get("instanceTypes") or [""])[0],
+        capacity="spot" if nodegroup.get("capacityType") == "SPOT" else "on-demand",
+        tags=tags,
+        external_id=str(nodegroup.get("nodegroupArn", "")),
+        message=message,
+    )
+
+
+def map_error(
+    code: str, message: str, status: int | None = None, retry_after: float | None = None
+) -> ProviderError:
+    """An EKS error code as burst's typed error (pure)."""
+    if code == "ResourceNotFoundException":
+        return PoolNotFound(message)
+    if code in _THROTTLE_CODES or status == 429:
+        return Throttled(message, retry_after or 1.0)
+    if code in _CAPACITY_CODES or "InsufficientInstanceCapacity" in message:
+        return CapacityUnavailable(message)
+    if code in ("ResourceLimitExceededException", "ServiceQuotaExceededException"):
+        return QuotaExceeded(message)
+    if code in (
+        "InvalidParameterException",
+        "InvalidRequestException",
+        "ResourceInUseException",
+        "AccessDeniedException",
+        "UnauthorizedOperation",
+    ):
+        return InvalidRequest(f"{code}: {message}")
+    if (status is not None and status >= 500) or code in (
+        "ServerException",
+        "ServiceUnavailableException",
+    ):
+        return ProviderUnavailable(f"{code}: {message}")
+    return InvalidRequest(f"{code}: {message}")
+
+
+class AwsProvider:
+    name = "aws"
+
+    def __init__(
+        self,
+        *,
+        region: str,
+        cluster: str,
+        offers: Callable[[], list[Offer]],
+        node_role_arn: str | None = None,
+        subnets: list[str] | None = None,
+        ami_type: str = "AL2023_x86_64_NVIDIA",
+        profile: str | None = None,
+        endpoint_url: str | None = None,
+        client: Any = None,
+        throttle: TokenBucket | None = None,
+        read_timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.region, self.cluster = region, cluster
+        self._offers = offers
+        self._node_role_arn, self._subnets, self._ami_type = node_role_arn, subnets or [], ami_type
+        self._throttle = throttle or TokenBucket(rate=5, burst=10)
+        self._sleep = sleep
+        if client is None:
+            import boto3
+            from botocore.config import Config
+
+            session = boto3.session.Session(profile_name=profile, region_name=region)
+            client = session.client(
+                "eks",
+                endpoint_url=endpoint_url,
+                config=Config(
+                    retries={"max_attempts": 1, "mode": "standard"},
+                    connect_timeout=10,
+                    read_timeout=read_timeout,
+                ),
+            )
+        self._eks = client
+
+    def _call(self, operation: str, **kwargs: Any) -> Any:
+        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+        def once() -> Any:
+            self._throttle.take()
+            try:
+                return getattr(self._eks, operation)(**kwargs)
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                meta = exc.response.get("ResponseMetadata", {})
+                after = (meta.get("HTTPHeaders") or {}).get("retry-after")
+                raise map_error(
+                    str(error.get("Code", "")),
+                    str(error.get("Message", "")),
+                    meta.get("HTTPStatusCode"),
+                    float(after) if after else None,
+                ) from None
+            except NoCredentialsError:
+                raise InvalidRequest("no AWS credentials found in the standard chain") from None
+            except BotoCoreError as exc:
+                raise ProviderUnavailable(f"EKS {operation}: {exc.__class__.__name__}") from None
+
+        return with_retries(once, sleep=self._sleep)
+
+    def offers(self) -> list[Offer]:
+        return [o for o in self._offers() if o.cloud == "aws" and o.region == self.region]
+
+    def _ours(self, nodegroup: Mapping[str, Any], owner: str | None = None) -> bool:
+        tags = nodegroup.get("tags") or {}
+        return TAG_OWNER in tags and (owner is None or tags[TAG_OWNER] == owner)
+
+    def _describe(self, name: str) -> Mapping[str, Any]:
+        found = self._call("describe_nodegroup", clusterName=self.cluster, nodegroupName=name)
+        nodegroup: Mapping[str, Any] = found["nodegroup"]
+        if not self._ours(nodegroup):
+            raise PoolNotFound(f"node group {name} is not burst's")
+        return nodegroup
+
+    def create_pool(self, spec: PoolSpec, token: str) -> Pool:
+        request = to_request(
+            spec, token, self.cluster, self._node_role_arn, self._subnets, self._ami_type
+        )
+        try:
+            return to_pool(self._call("create_nodegroup", **request)["nodegroup"])
+        except (InvalidRequest, ProviderUnavailable) as exc:
+            # Already there (an earlier try that timed out on our side but succeeded)? Then it
+            # is the pool, unless someone else's node group has the name.
+            try:
+                existing = self._call(
+                    "describe_nodegroup", clusterName=self.cluster, nodegroupName=spec.name
+                )["nodegroup"]
+            except PoolNotFound:
+                raise exc from None
+            if (existing.get("tags") or {}).get(TAG_OWNER) != spec.owner:
+                raise InvalidRequest(
+                    f"a node group named {spec.name} exists and is not burst's"
+                ) from None
+            return to_pool(existing)
+
+    def get_pool(self, name: str) -> Pool:
+        return to_pool(self._describe(name))
+
+    def resize_pool(self, name: str, nodes: int) -> Pool:
+        current = self._describe(name)
+        scaling = dict(current.get("scalingConfig") or {})
+        scaling.update(desiredSize=nodes, maxSize=max(nodes, int(scaling.get("maxSize", 1)), 1))
+        self._call(
+            "update_nodegroup_config",
+            clusterName=self.cluster,
+            nodegroupName=name,
+            scalingConfig=scaling,
+        )
+        return self.get_pool(name)
+
+    def delete_pool(self, name: str) -> None:
+        try:
+            self._describe(name)
+            self._call("delete_nodegroup", clusterName=self.cluster, nodegroupName=name)
+        except PoolNotFound:
+            return
+
+    def list_pools(self, owner: str) -> list[Pool]:
+        names: list[str] = []
+        token: str | None = None
+        while True:
+            page = self._call(
+                "list_nodegroups",
+                clusterName=self.cluster,
+                **({"nextToken": token} if token else {}),
+            )
+            names += page.get("nodegroups", [])
+            token = page.get("nextToken")
+            if not token:
+                break
+        pools = []
+        for name in sorted(names):
+            try:
+                nodegroup = self._call(
+                    "describe_nodegroup", clusterName=self.cluster, nodegroupName=name
+                )["nodegroup"]
+            except PoolNotFound:
+                continue  # deleted between list and describe
+            if self._ours(nodegroup, owner):
+                pools.append(to_pool(nodegroup))
+        return pools
