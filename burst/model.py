@@ -242,3 +242,29 @@ class Skip:
 class Plan:
     actions: tuple[Action, ...] = ()
     skips: tuple[Skip, ...] = ()
+
+
+# What NVIDIA GPU feature discovery puts in the `nvidia.com/gpu.product` node label for each
+# catalog accelerator (the on-prem watch reads it back; simulated clouds write it).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_PRODUCTS: Mapping[str, str] = {
+    "V100": "Tesla-V100-SXM2-16GB",
+    "V100-32GB": "Tesla-V100-SXM2-32GB",
+    "T4": "Tesla-T4",
+    "P100": "Tesla-P100-PCIE-16GB",
+    "P4": "Tesla-P4",
+    "K80": "Tesla-K80",
+    "M60": "Tesla-M60",
+    "A100": "NVIDIA-A100-SXM4-40GB",
+    "A100-80GB": "NVIDIA-A100-SXM4-80GB",
+    "A10G": "NVIDIA-A10G",
+    "A10": "NVIDIA-A10",
+    "L4": "NVIDIA-L4",
+    "L40S": "NVIDIA-L40S",
+    "H100": "NVIDIA-H100-80GB-HBM3",
+    "H100-MEGA": "NVIDIA-H100-80GB-HBM3",
+    "H200": "NVIDIA-H200",
+    "B200": "NVIDIA-B200",
+    "B300": "NVIDIA-B300",
+    "T4g": "NVIDIA-T4G",
+}

@@ -1,0 +1,338 @@
+"""A simulated cloud: GPU node pools that take minutes to appear, sometimes fail, run out of
+capacity, and lose spot nodes, all on a Clock and reproducible from a seed.
+
+`burst demo` and the policy simulator burst into it; the tests drive it with a FakeClock. Given a
+Kubernetes API client for a (sandbox) cluster, it registers each pool's nodes there when they
+become ready, with the labels, taints and GPU capacity a real node would have, and removes them
+when the pool shrinks, is deleted, or a spot node is interrupted. It talks to that cluster only
+through the Kubernetes API.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from burst.clock import Clock
+from burst.model import GPU_PRODUCT_LABEL, GPU_PRODUCTS, Cloud, Offer, OfferKey
+from burst.provider import (
+    TAG_OWNER,
+    CapacityUnavailable,
+    InvalidRequest,
+    Pool,
+    PoolNotFound,
+    PoolPhase,
+    PoolSpec,
+)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Provisioning time of a GPU pool: log-normal (a heavy right tail), capped."""
+
+    median_s: float
+    sigma: float
+    cap_s: float
+
+    def sample(self, rng: random.Random) -> float:
+        return min(self.cap_s, self.median_s * math.exp(rng.gauss(0.0, self.sigma)))
+
+
+# Managed GPU node pools take minutes, sometimes tens of minutes, to become schedulable.
+LATENCY: Mapping[Cloud, Latency] = {
+    "aws": Latency(median_s=360, sigma=0.5, cap_s=40 * 60),
+    "gcp": Latency(median_s=300, sigma=0.45, cap_s=35 * 60),
+    "azure": Latency(median_s=420, sigma=0.6, cap_s=45 * 60),
+}
+
+
+@dataclass
+class SimSettings:
+    speed: float = 1.0  # latencies are divided by this (the demo runs sped up)
+    failure_rate: float = 0.0  # chance that a pool's launch fails
+    spot_interruptions_per_hour: float = 0.0  # per spot node
+    capacity: Mapping[OfferKey, int] = field(
+        default_factory=dict
+    )  # max nodes per offer; absent: unlimited
+    latency: Mapping[Cloud, Latency] = field(default_factory=lambda: dict(LATENCY))
+
+
+@dataclass
+class _Node:
+    name: str
+    ready_at: datetime
+    interrupt_at: datetime | None
+    registered: bool = False
+
+
+@dataclass
+class _Pool:
+    spec: PoolSpec
+    target: str
+    created: datetime
+    tags: dict[str, str]
+    nodes: list[_Node]
+    fails_at: datetime | None
+    deleted: bool = False
+    serial: int = 0
+
+
+class SimCloud:
+    """The simulated world behind every sim target: one clock, one random stream, all pools."""
+
+    def __init__(self, clock: Clock, seed: int = 0, settings: SimSettings | None = None) -> None:
+        self.clock = clock
+        self.settings = settings or SimSettings()
+        self._rng = random.Random(seed)  # noqa: S311 (simulation, not security)
+        self._pools: dict[tuple[str, str], _Pool] = {}
+        self._lock = threading.RLock()
+        self.interruptions = 0
+
+    def _delay(self, cloud: Cloud) -> timedelta:
+        return timedelta(
+            seconds=self.settings.latency[cloud].sample(self._rng) / self.settings.speed
+        )
+
+    def _interrupt_at(self, offer: OfferKey, ready_at: datetime) -> datetime | None:
+        rate = self.settings.spot_interruptions_per_hour
+        if offer.capacity != "spot" or rate <= 0:
+            return None
+        return ready_at + timedelta(hours=self._rng.expovariate(rate))
+
+    def _new_node(self, pool: _Pool, ready_at: datetime) -> _Node:
+        pool.serial += 1
+        return _Node(
+            f"{pool.spec.name}-{pool.serial}",
+            ready_at,
+            self._interrupt_at(pool.spec.offer, ready_at),
+        )
+
+    def nodes_in_use(self, offer: OfferKey) -> int:
+        return sum(
+            len(p.nodes) for p in self._pools.values() if p.spec.offer == offer and not p.deleted
+        )
+
+
+class SimProvider:
+    """One simulated target: a cluster in a region of a simulated `cloud`."""
+
+    name = "sim"
+
+    def __init__(
+        self,
+        world: SimCloud,
+        *,
+        target: str,
+        cloud: Cloud,
+        region: str,
+        offers: Callable[[], list[Offer]],
+        kube: Any = None,
+    ) -> None:
+        self.world, self.target, self.cloud, self.region = world, target, cloud, region
+        self._offers = offers
+        self._kube = kube  # kubernetes.client.ApiClient of the target's cluster, or None
+
+    def offers(self) -> list[Offer]:
+        return [o for o in self._offers() if o.cloud == self.cloud and o.region == self.region]
+
+    # -- the clock moves things on --
+
+    def _advance(self, pool: _Pool) -> None:
+        """Interrupt spot nodes whose time came (a replacement boots) and sync the cluster."""
+        now = self.world.clock.now()
+        for i, node in enumerate(list(pool.nodes)):
+            if node.interrupt_at is not None and node.interrupt_at <= now:
+                self._deregister(node)
+                self.world.interruptions += 1
+                pool.nodes[i] = self.world._new_node(pool, now + self.world._delay(self.cloud))
+        if pool.fails_at is None:
+            for node in pool.nodes:
+                if node.ready_at <= now and not node.registered:
+                    self._register(pool, node)
+
+    def _phase(self, pool: _Pool) -> tuple[PoolPhase, str]:
+        now = self.world.clock.now()
+        if pool.fails_at is not None and pool.fails_at <= now:
+            return "failed", "simulated launch failure: instances did not join the cluster"
+        if pool.nodes and all(n.ready_at <= now for n in pool.nodes):
+            return "ready", ""
+        if not pool.nodes and pool.created <= now:
+            return "ready", ""
+        return ("creating" if all(n.ready_at > now for n in pool.nodes) else "resizing"), ""
+
+    def _to_pool(self, pool: _Pool) -> Pool:
+        self._advance(pool)
+        phase, message = self._phase(pool)
+        ready = sum(1 for n in pool.nodes if n.ready_at <= self.world.clock.now())
+        return Pool(
+            name=pool.spec.name,
+            phase=phase,
+            nodes=len(pool.nodes),
+            instance_type=pool.spec.offer.instance_type,
+            capacity=pool.spec.offer.capacity,
+            tags=dict(pool.tags),
+            external_id=f"sim://{self.target}/{pool.spec.name}",
+            message=message or f"{ready}/{len(pool.nodes)} nodes ready",
+        )
+
+    def _find(self, name: str) -> _Pool:
+        pool = self.world._pools.get((self.target, name))
+        if pool is None or pool.deleted:
+            raise PoolNotFound(f"no pool {name} in {self.target}")
+        return pool
+
+    # -- Provider --
+
+    def create_pool(self, spec: PoolSpec, token: str) -> Pool:
+        with self.world._lock:
+            existing = self.world._pools.get((self.target, spec.name))
+            if existing is not None and not existing.deleted:
+                if existing.tags.get(TAG_OWNER) != spec.owner:
+                    raise InvalidRequest(f"a pool named {spec.name} exists and is not burst's")
+                return self._to_pool(existing)
+            limit = self.world.settings.capacity.get(spec.offer)
+            if limit is not None and self.world.nodes_in_use(spec.offer) + spec.nodes > limit:
+                raise CapacityUnavailable(
+                    f"no capacity for {spec.nodes} more {spec.offer.instance_type} "
+                    f"in {self.region} (simulated)"
+                )
+            now = self.world.clock.now()
+            delay = self.world._delay(self.cloud)
+            fails = self.world._rng.random() < self.world.settings.failure_rate
+            pool = _Pool(
+                spec, self.target, now, spec.tags(token), [], now + delay if fails else None
+            )
+            pool.nodes = [self.world._new_node(pool, now + delay) for _ in range(spec.nodes)]
+            self.world._pools[(self.target, spec.name)] = pool
+            return self._to_pool(pool)
+
+    def get_pool(self, name: str) -> Pool:
+        with self.world._lock:
+            return self._to_pool(self._find(name))
+
+    def resize_pool(self, name: str, nodes: int) -> Pool:
+        with self.world._lock:
+            pool = self._find(name)
+            now = self.world.clock.now()
+            while len(pool.nodes) > nodes:
+                self._deregister(pool.nodes.pop())
+            growth = nodes - len(pool.nodes)
+            limit = self.world.settings.capacity.get(pool.spec.offer)
+            if (
+                growth > 0
+                and limit is not None
+                and self.world.nodes_in_use(pool.spec.offer) + growth > limit
+            ):
+                raise CapacityUnavailable(
+                    f"no capacity for {growth} more {pool.spec.offer.instance_type} (simulated)"
+                )
+            for _ in range(growth):
+                pool.nodes.append(self.world._new_node(pool, now + self.world._delay(self.cloud)))
+            return self._to_pool(pool)
+
+    def delete_pool(self, name: str) -> None:
+        with self.world._lock:
+            pool = self.world._pools.get((self.target, name))
+            if pool is None or pool.deleted:
+                return
+            for node in pool.nodes:
+                self._deregister(node)
+            pool.deleted = True
+
+    def list_pools(self, owner: str) -> list[Pool]:
+        with self.world._lock:
+            return [
+                self._to_pool(p)
+                for (target, _), p in sorted(self.world._pools.items())
+                if target == self.target and not p.deleted and p.tags.get(TAG_OWNER) == owner
+            ]
+
+    # -- the target's Kubernetes cluster --
+
+    def _register(self, pool: _Pool, node: _Node) -> None:
+        node.registered = True
+        if self._kube is None:
+            return
+        from kubernetes import client
+
+        manifest = node_manifest(pool.spec, node.name, self.cloud, self.region)
+        client.CoreV1Api(self._kube).create_node(client.V1Node.model_validate(manifest))
+
+    def _deregister(self, node: _Node) -> None:
+        if not node.registered:
+            return
+        node.registered = False
+        if self._kube is None:
+            return
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            client.CoreV1Api(self._kube).delete_node(node.name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def node_manifest(
+    spec: PoolSpec, name: str, cloud: Cloud, region: str, vcpus: int = 32, memory_gib: int = 244
+) -> dict[str, Any]:
+    """The Node a pool's instance registers as: pool and GPU labels, taints, GPU capacity."""
+    offer = spec.offer
+    resources = {
+        "cpu": str(vcpus),
+        "memory": f"{memory_gib}Gi",
+        "nvidia.com/gpu": str(offer.gpus),
+        "pods": "110",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                **spec.node_labels(),
+                "kubernetes.io/hostname": name,
+                "node.kubernetes.io/instance-type": offer.instance_type,
+                "topology.kubernetes.io/region": region,
+                GPU_PRODUCT_LABEL: GPU_PRODUCTS.get(
+                    offer.accelerator, f"NVIDIA-{offer.accelerator}"
+                ),
+                "nvidia.com/gpu.count": str(offer.gpus),
+                "burst.dev/capacity-type": offer.capacity,
+                "burst.dev/cloud": cloud,
+            },
+        },
+        "spec": {
+            "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints]
+        },
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "simulated node is ready",
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": "v1.31.0-sim",
+                "kubeProxyVersion": "v1.31.0",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+                "osImage": "simulated",
+                "kernelVersion": "6.1.0",
+                "containerRuntimeVersion": "sim://1.0",
+                "machineID": name,
+                "systemUUID": name,
+                "bootID": name,
+            },
+        },
+    }
