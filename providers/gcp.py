@@ -1,0 +1,305 @@
+"""GCP: GPU node pools as GKE node pools, through google-cloud-container (`parent`/`name` forms).
+
+Pure translators (`cloud_name`, `to_node_pool`, `to_pool`, `map_error`) and a thin client. GCE
+resource labels allow only `[a-z0-9_-]`, so burst's tags become `burst-owner`, `burst-pool`, ...;
+node pool names are at most 40 characters, so long logical names are shortened with a hash and the
+logical name kept in the `burst-pool` label. Credentials: Application Default Credentials, or the
+service-account key file the target names; never logged or stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from burst.model import Offer
+from burst.provider import (
+    CapacityUnavailable,
+    InvalidRequest,
+    Pool,
+    PoolNotFound,
+    PoolPhase,
+    PoolSpec,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaExceeded,
+    Throttled,
+    TokenBucket,
+    with_retries,
+)
+
+ACCELERATOR_TYPES = {
+    "V100": "nvidia-tesla-v100",
+    "T4": "nvidia-tesla-t4",
+    "P100": "nvidia-tesla-p100",
+    "P4": "nvidia-tesla-p4",
+    "A100": "nvidia-tesla-a100",
+    "A100-80GB": "nvidia-a100-80gb",
+    "L4": "nvidia-l4",
+    "H100": "nvidia-h100-80gb",
+    "H100-MEGA": "nvidia-h100-mega-80gb",
+    "H200": "nvidia-h200-141gb",
+    "B200": "nvidia-b200",
+}
+LABEL_OWNER, LABEL_POOL = "burst-owner", "burst-pool"
+_EFFECTS = {"NoSchedule": 1, "PreferNoSchedule": 2, "NoExecute": 3}
+_PHASES: Mapping[int, PoolPhase] = {
+    1: "creating",
+    2: "ready",
+    3: "ready",
+    4: "resizing",
+    5: "deleting",
+    6: "failed",
+}
+_STATUS_NAMES = {
+    "PROVISIONING": 1,
+    "RUNNING": 2,
+    "RUNNING_WITH_ERROR": 3,
+    "RECONCILING": 4,
+    "STOPPING": 5,
+    "ERROR": 6,
+}
+_CAPACITY_MARKERS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "does not have enough resources")
+OP_DONE = 3
+
+
+def cloud_name(name: str) -> str:
+    """A GKE node pool name (<= 40 chars, lower-case, starts with a letter) for a logical name."""
+    clean = re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-") or "pool"
+    if not clean[0].isalpha():
+        clean = "p-" + clean
+    if len(clean) <= 40:
+        return clean
+    return clean[:31].rstrip("-") + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+def gce_labels(tags: Mapping[str, str]) -> dict[str, str]:
+    """burst's tags as GCE resource labels: `burst.dev/owner` -> `burst-owner`, values cleaned."""
+    out = {}
+    for key, value in tags.items():
+        k = re.sub(r"[^a-z0-9_-]", "-", key.lower().replace("burst.dev/", "burst-"))[:63]
+        out[k] = re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
+    return out
+
+
+def to_node_pool(spec: PoolSpec, token: str) -> dict[str, Any]:
+    """The NodePool to create for `spec` (pure; snake_case fields as the client's types take)."""
+    accelerator = ACCELERATOR_TYPES.get(spec.offer.accelerator)
+    if accelerator is None:
+        raise InvalidRequest(f"GKE has no accelerator type for {spec.offer.accelerator}")
+    config: dict[str, Any] = {
+        "machine_type": spec.offer.instance_type,
+        "labels": spec.node_labels(),
+        "taints": [
+            {"key": t.key, "value": t.value, "effect": _EFFECTS[t.effect]} for t in spec.taints
+        ],
+        "resource_labels": gce_labels(spec.tags(token)),
+        "spot": spec.offer.capacity == "spot",
+    }
+    # A2/A3/A4/G2 machine types come with their GPUs; N1 machines get them attached.
+    if spec.offer.instance_type.startswith("n1-"):
+        config["accelerators"] = [
+            {
+                "accelerator_count": spec.offer.gpus,
+                "accelerator_type": accelerator,
+                "gpu_driver_installation_config": {"gpu_driver_version": 3},  # LATEST
+            }
+        ]
+    pool: dict[str, Any] = {
+        "name": cloud_name(spec.name),
+        "config": config,
+        "initial_node_count": spec.nodes,
+    }
+    if spec.zones:
+        pool["locations"] = list(spec.zones)
+    return pool
+
+
+def to_pool(node_pool: Mapping[str, Any]) -> Pool:
+    """A NodePool (as a dict) as a Pool (pure)."""
+    config = node_pool.get("config") or {}
+    labels = dict(config.get("resource_labels") or {})
+    status = node_pool.get("status", 0)
+    code = _STATUS_NAMES.get(status, 0) if isinstance(status, str) else int(status)
+    tags = {
+        f"burst.dev/{k.removeprefix('burst-')}": v
+        for k, v in labels.items()
+        if k.startswith("burst-")
+    }
+    return Pool(
+        name=labels.get(LABEL_POOL, node_pool.get("name", "")),
+        phase=_PHASES.get(code, "failed"),
+        nodes=int(node_pool.get("initial_node_count", 0)),
+        instance_type=str(config.get("machine_type", "")),
+        capacity="spot" if config.get("spot") else "on-demand",
+        tags=tags,
+        external_id=str(node_pool.get("self_link", "")),
+        message=str(node_pool.get("status_message", "")),
+    )
+
+
+def map_error(status: int, message: str, retry_after: float | None = None) -> ProviderError:
+    """An HTTP status (or an operation's google.rpc code mapped to one) as a typed error (pure)."""
+    if any(marker in message for marker in _CAPACITY_MARKERS):
+        return CapacityUnavailable(message)
+    if "quota" in message.lower() or "QUOTA" in message:
+        return QuotaExceeded(message)
+    if status == 404:
+        return PoolNotFound(message)
+    if status == 429:
+        return Throttled(message, retry_after or 1.0)
+    if status >= 500 or status == 0:
+        return ProviderUnavailable(message)
+    return InvalidRequest(message)
+
+
+# google.rpc.Code of a failed operation -> the HTTP status that carries it.
+_RPC_TO_HTTP = {3: 400, 5: 404, 6: 409, 7: 403, 8: 429, 9: 400, 13: 500, 14: 503}
+
+
+class GcpProvider:
+    name = "gcp"
+
+    def __init__(
+        self,
+        *,
+        project: str,
+        location: str,
+        cluster: str,
+        region: str,
+        offers: Callable[[], list[Offer]],
+        credentials_file: str | None = None,
+        client: Any = None,
+        throttle: TokenBucket | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        poll_interval: float = 2.0,
+        create_wait: float = 30.0,
+    ) -> None:
+        self.region = region
+        self._location = f"projects/{project}/locations/{location}"
+        self._parent = f"{self._location}/clusters/{cluster}"
+        self._offers = offers
+        self._throttle = throttle or TokenBucket(rate=5, burst=10)
+        self._sleep, self._poll_interval, self._create_wait = sleep, poll_interval, create_wait
+        if client is None:
+            from google.cloud import container_v1
+
+            credentials = None
+            if credentials_file:
+                from google.oauth2 import service_account
+
+                credentials = service_account.Credentials.from_service_account_file(
+                    credentials_file
+                )
+            client = container_v1.ClusterManagerClient(credentials=credentials)
+        self._gke = client
+
+    def _call(self, method: str, **kwargs: Any) -> Any:
+        from google.api_core import exceptions as gexc
+
+        def once() -> Any:
+            self._throttle.take()
+            try:
+                return getattr(self._gke, method)(**kwargs)
+            except gexc.GoogleAPICallError as exc:
+                status = int(exc.code or 0) if isinstance(exc.code, int) else 0
+                after = None
+                response = getattr(exc, "response", None)
+                if response is not None and getattr(response, "headers", None):
+                    value = response.headers.get("Retry-After")
+                    after = float(value) if value else None
+                raise map_error(status, str(exc.message), after) from None
+            except gexc.RetryError as exc:
+                raise ProviderUnavailable(f"GKE {method}: {exc}") from None
+            except (OSError, TimeoutError) as exc:
+                raise ProviderUnavailable(f"GKE {method}: {exc.__class__.__name__}") from None
+
+        return with_retries(once, sleep=self._sleep)
+
+    def _wait(self, operation: Any, budget: float) -> Any:
+        """Poll `operation` until DONE or `budget` seconds of polling; raise its error if it failed."""
+        waited = 0.0
+        while int(operation.status) != OP_DONE and waited < budget:
+            self._sleep(self._poll_interval)
+            waited += self._poll_interval
+            operation = self._call(
+                "get_operation", name=f"{self._location}/operations/{operation.name}"
+            )
+        if int(operation.status) == OP_DONE and operation.error and operation.error.code:
+            raise map_error(
+                _RPC_TO_HTTP.get(int(operation.error.code), 500), str(operation.error.message)
+            )
+        return operation
+
+    def _read(self, name: str, ours_only: bool = True) -> Mapping[str, Any]:
+        from google.cloud import container_v1
+
+        found = self._call("get_node_pool", name=f"{self._parent}/nodePools/{cloud_name(name)}")
+        data: Mapping[str, Any] = container_v1.NodePool.to_dict(found, use_integers_for_enums=True)
+        if ours_only and LABEL_OWNER not in (
+            (data.get("config") or {}).get("resource_labels") or {}
+        ):
+            raise PoolNotFound(f"node pool {name} is not burst's")
+        return data
+
+    def offers(self) -> list[Offer]:
+        return [o for o in self._offers() if o.cloud == "gcp" and o.region == self.region]
+
+    def create_pool(self, spec: PoolSpec, token: str) -> Pool:
+        from google.cloud import container_v1
+
+        node_pool = container_v1.NodePool(to_node_pool(spec, token))
+        request = container_v1.CreateNodePoolRequest(parent=self._parent, node_pool=node_pool)
+        try:
+            operation = self._call("create_node_pool", request=request)
+        except (InvalidRequest, ProviderUnavailable) as exc:
+            try:
+                existing = self._read(spec.name, ours_only=False)
+            except PoolNotFound:
+                raise exc from None
+            owner = ((existing.get("config") or {}).get("resource_labels") or {}).get(LABEL_OWNER)
+            if owner != gce_labels({"o": spec.owner})["o"]:
+                raise InvalidRequest(
+                    f"a node pool named {cloud_name(spec.name)} exists and is not burst's"
+                ) from None
+            return to_pool(existing)
+        self._wait(operation, self._create_wait)
+        return self.get_pool(spec.name)
+
+    def get_pool(self, name: str) -> Pool:
+        return to_pool(self._read(name))
+
+    def resize_pool(self, name: str, nodes: int) -> Pool:
+        from google.cloud import container_v1
+
+        self._read(name)
+        request = container_v1.SetNodePoolSizeRequest(
+            name=f"{self._parent}/nodePools/{cloud_name(name)}", node_count=nodes
+        )
+        self._wait(self._call("set_node_pool_size", request=request), self._create_wait)
+        return self.get_pool(name)
+
+    def delete_pool(self, name: str) -> None:
+        try:
+            self._read(name)
+            operation = self._call(
+                "delete_node_pool", name=f"{self._parent}/nodePools/{cloud_name(name)}"
+            )
+            self._wait(operation, self._create_wait)
+        except PoolNotFound:
+            return
+
+    def list_pools(self, owner: str) -> list[Pool]:
+        from google.cloud import container_v1
+
+        answer = self._call("list_node_pools", parent=self._parent)
+        wanted = gce_labels({"o": owner})["o"]
+        pools = []
+        for node_pool in answer.node_pools:
+            data = container_v1.NodePool.to_dict(node_pool, use_integers_for_enums=True)
+            if ((data.get("config") or {}).get("resource_labels") or {}).get(LABEL_OWNER) == wanted:
+                pools.append(to_pool(data))
+        return sorted(pools, key=lambda p: p.name)

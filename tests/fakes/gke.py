@@ -1,0 +1,237 @@
+"""A local fake of the GKE REST API (container.googleapis.com/v1) for node pools and operations.
+
+Strict where the real service is: the `parent`/`name` paths, 409 ALREADY_EXISTS on a duplicate
+node pool, 404 NOT_FOUND, 400 on a bad size, operations that run for a few polls before they are
+DONE, node pools PROVISIONING until their operation is done, enums as integers (the client asks
+for `enum-encoding=int`). Tests script failures: an HTTP error for the next matching call, or an
+operation that ends with an error (as ZONE_RESOURCE_POOL_EXHAUSTED does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+POOL_STATUS = {
+    "PROVISIONING": 1,
+    "RUNNING": 2,
+    "RUNNING_WITH_ERROR": 3,
+    "RECONCILING": 4,
+    "STOPPING": 5,
+    "ERROR": 6,
+}
+OP_STATUS = {"PENDING": 1, "RUNNING": 2, "DONE": 3}
+HTTP_STATUS = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ALREADY_EXISTS",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+_CLUSTER = r"/v1/projects/(?P<p>[^/]+)/locations/(?P<l>[^/]+)/clusters/(?P<c>[^/]+)"
+
+
+@dataclass
+class Failure:
+    method: str
+    suffix: str  # matched against the end of the path (before the query)
+    status: int = 0  # an HTTP error ...
+    message: str = ""
+    operation_error: tuple[int, str] | None = None  # ... or an operation that fails this way
+    headers: dict[str, str] | None = None
+
+
+class GkeFake(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, polls_to_done: int = 2) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.polls_to_done = polls_to_done
+        self.pools: dict[str, dict[str, Any]] = {}  # full name -> NodePool JSON
+        self.operations: dict[str, dict[str, Any]] = {}
+        self.pending: dict[str, tuple[int, str, str, tuple[int, str] | None]] = {}
+        self.failures: list[Failure] = []
+        self.requests: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self._ids = itertools.count(1)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def fail(self, failure: Failure) -> None:
+        with self.lock:
+            self.failures.append(failure)
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    # -- operations --
+
+    def start_operation(
+        self, location_path: str, op_type: str, target: str, error: tuple[int, str] | None
+    ) -> dict[str, Any]:
+        name = f"{location_path}/operations/operation-{next(self._ids)}"
+        op = {
+            "name": name.split("/")[-1],
+            "selfLink": name,
+            "operationType": op_type,
+            "status": OP_STATUS["RUNNING"],
+            "targetLink": target,
+        }
+        self.operations[name] = op
+        self.pending[name] = (self.polls_to_done, target, op_type, error)
+        return op
+
+    def poll(self, name: str) -> dict[str, Any]:
+        op = self.operations[name]
+        if name in self.pending:
+            left, target, op_type, error = self.pending[name]
+            if left > 1:
+                self.pending[name] = (left - 1, target, op_type, error)
+            else:
+                del self.pending[name]
+                op["status"] = OP_STATUS["DONE"]
+                self._finish(target, op_type, error, op)
+        return op
+
+    def _finish(
+        self, target: str, op_type: str, error: tuple[int, str] | None, op: dict[str, Any]
+    ) -> None:
+        pool = self.pools.get(target)
+        if error is not None:
+            op["error"] = {"code": error[0], "message": error[1]}
+            op["statusMessage"] = error[1]
+            if pool is not None:
+                pool["status"] = POOL_STATUS["ERROR"]
+                pool["statusMessage"] = error[1]
+            return
+        if op_type == "DELETE_NODE_POOL":
+            self.pools.pop(target, None)
+        elif pool is not None:
+            pool["status"] = POOL_STATUS["RUNNING"]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: GkeFake
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        self._send(
+            status,
+            {
+                "error": {
+                    "code": status,
+                    "message": message,
+                    "status": HTTP_STATUS.get(status, "UNKNOWN"),
+                }
+            },
+            headers,
+        )
+
+    def _handle(self) -> None:
+        path = urlsplit(self.path).path
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+        server = self.server
+        with server.lock:
+            server.requests.append((self.command, path))
+            failure = next(
+                (
+                    f
+                    for f in server.failures
+                    if f.method == self.command and path.endswith(f.suffix)
+                ),
+                None,
+            )
+            if failure is not None:
+                server.failures.remove(failure)
+                if failure.status:
+                    self._error(failure.status, failure.message, failure.headers)
+                    return
+            self._route(path, body, failure.operation_error if failure else None)
+
+    def _route(self, path: str, body: dict[str, Any], op_error: tuple[int, str] | None) -> None:
+        server = self.server
+        if m := re.fullmatch(
+            r"/v1/(?P<loc>projects/[^/]+/locations/[^/]+)/operations/(?P<op>[^/]+)", path
+        ):
+            name = f"{m['loc']}/operations/{m['op']}"
+            if name not in server.operations:
+                self._error(404, f"Operation {name} not found.")
+                return
+            self._send(200, server.poll(name))
+            return
+        m = re.fullmatch(_CLUSTER + r"/nodePools(?:/(?P<n>[^/:]+))?(?P<verb>:setSize)?", path)
+        if m is None or (m["p"], m["l"], m["c"]) != ("ml-burst", "europe-west4", "burst-euw4"):
+            self._error(404, f"Not found: {path}")
+            return
+        location = f"projects/{m['p']}/locations/{m['l']}"
+        parent = f"{location}/clusters/{m['c']}"
+        if m["n"] is None:
+            if self.command == "GET":
+                self._send(200, {"nodePools": list(server.pools.values())})
+            elif self.command == "POST":
+                pool = dict(body.get("nodePool") or {})
+                name = pool.get("name", "")
+                if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name):
+                    self._error(400, f"Invalid node pool name {name!r}.")
+                    return
+                full = f"{parent}/nodePools/{name}"
+                if full in server.pools:
+                    self._error(409, f"Node pool {name} already exists.")
+                    return
+                pool.update(status=POOL_STATUS["PROVISIONING"], selfLink=full)
+                server.pools[full] = pool
+                self._send(
+                    200, server.start_operation(location, "CREATE_NODE_POOL", full, op_error)
+                )
+            else:
+                self._error(405, "method not allowed")
+            return
+        full = f"{parent}/nodePools/{m['n']}"
+        pool = server.pools.get(full)
+        if pool is None:
+            self._error(404, f'Node pool "{m["n"]}" not found.')
+            return
+        if m["verb"] == ":setSize" and self.command == "POST":
+            count = int(body.get("nodeCount", -1))
+            if count < 0:
+                self._error(400, "nodeCount must be >= 0")
+                return
+            pool["initialNodeCount"] = count
+            pool["status"] = POOL_STATUS["RECONCILING"]
+            self._send(200, server.start_operation(location, "SET_NODE_POOL_SIZE", full, op_error))
+        elif self.command == "GET":
+            self._send(200, pool)
+        elif self.command == "DELETE":
+            pool["status"] = POOL_STATUS["STOPPING"]
+            self._send(200, server.start_operation(location, "DELETE_NODE_POOL", full, op_error))
+        else:
+            self._error(405, "method not allowed")
+
+    do_GET = do_POST = do_DELETE = _handle
