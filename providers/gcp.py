@@ -191,7 +191,7 @@ class GcpProvider:
             if credentials_file:
                 from google.oauth2 import service_account
 
-                credentials = service_account.Credentials.from_service_account_file(
+                credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
                     credentials_file
                 )
             client = container_v1.ClusterManagerClient(credentials=credentials)
