@@ -1,0 +1,208 @@
+"""A local fake of Azure Resource Manager for AKS agent pools, over HTTPS with a throwaway CA.
+
+Strict where ARM is: bearer tokens only over TLS (azure-core refuses them over plain http), PUT
+answers 200 or 201 with `Azure-AsyncOperation`, DELETE answers 202 (or 204 when nothing was
+there), long-running operations report InProgress for a few polls before Succeeded or Failed,
+`provisioningState` follows them, errors carry ARM's `{"error": {"code", "message"}}`. Tests
+script failures for the next matching call or make an operation fail (AllocationFailed...).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import ssl
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import trustme
+
+_POOL = (
+    r"/subscriptions/(?P<s>[^/]+)/resourceGroups/(?P<g>[^/]+)/providers/"
+    r"Microsoft\.ContainerService/managedClusters/(?P<c>[^/]+)/agentPools(?:/(?P<n>[^/]+))?"
+)
+
+
+@dataclass
+class Failure:
+    method: str
+    suffix: str
+    status: int = 0
+    code: str = ""
+    message: str = ""
+    headers: dict[str, str] | None = None
+    operation_error: tuple[str, str] | None = None  # (code, message): the async operation fails
+
+
+class ArmFake(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, workdir: Path, polls_to_done: int = 2) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        self.ca_file = workdir / "ca.pem"
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        cert.configure_cert(context)
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+        self.polls_to_done = polls_to_done
+        self.pools: dict[str, dict[str, Any]] = {}
+        self.operations: dict[str, list[Any]] = {}  # id -> [polls left, resource path, kind, error]
+        self.failures: list[Failure] = []
+        self.tokens: list[str] = []
+        self.lock = threading.Lock()
+        self._ids = itertools.count(1)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.server_address[1]}"
+
+    def fail(self, failure: Failure) -> None:
+        with self.lock:
+            self.failures.append(failure)
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: ArmFake
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: Any = None, headers: dict[str, str] | None = None) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        self.send_response(status)
+        if body is not None:
+            self.send_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self._send(status, {"error": {"code": code, "message": message}}, headers)
+
+    def _handle(self) -> None:
+        url = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else {}
+        server = self.server
+        with server.lock:
+            auth = self.headers.get("Authorization", "")
+            if not auth.startswith("Bearer "):
+                self._error(401, "AuthenticationFailed", "missing bearer token")
+                return
+            server.tokens.append(auth.removeprefix("Bearer "))
+            failure = next(
+                (
+                    f
+                    for f in server.failures
+                    if f.method == self.command and url.path.endswith(f.suffix)
+                ),
+                None,
+            )
+            if failure is not None:
+                server.failures.remove(failure)
+                if failure.status:
+                    self._error(failure.status, failure.code, failure.message, failure.headers)
+                    return
+            self._route(url.path, url.query, body, failure.operation_error if failure else None)
+
+    def _operation(self, path: str, kind: str, error: tuple[str, str] | None) -> str:
+        op_id = f"op-{next(self.server._ids)}"
+        self.server.operations[op_id] = [self.server.polls_to_done, path, kind, error]
+        return f"{self.server.url}/operations/{op_id}?api-version=2025-01-01"
+
+    def _route(
+        self, path: str, query: str, body: dict[str, Any], error: tuple[str, str] | None
+    ) -> None:
+        server = self.server
+        if m := re.fullmatch(r"/operations/(?P<id>[^/]+)", path):
+            op = server.operations.get(m["id"])
+            if op is None:
+                self._error(404, "NotFound", "no such operation")
+                return
+            op[0] -= 1
+            if op[0] > 0:
+                self._send(200, {"status": "InProgress"})
+                return
+            _, resource, kind, failed = op
+            pool = server.pools.get(resource)
+            if failed is not None:
+                if pool is not None:
+                    pool["properties"]["provisioningState"] = "Failed"
+                self._send(
+                    200, {"status": "Failed", "error": {"code": failed[0], "message": failed[1]}}
+                )
+                return
+            if kind == "delete":
+                server.pools.pop(resource, None)
+            elif pool is not None:
+                pool["properties"]["provisioningState"] = "Succeeded"
+            self._send(200, {"status": "Succeeded"})
+            return
+        m = re.fullmatch(_POOL, path)
+        if m is None or "api-version=" not in query:
+            self._error(404, "InvalidResourceType", f"no route for {path}")
+            return
+        if m["n"] is None:
+            if self.command != "GET":
+                self._error(405, "MethodNotAllowed", "collection is read-only")
+                return
+            prefix = path + "/"
+            self._send(200, {"value": [p for k, p in server.pools.items() if k.startswith(prefix)]})
+            return
+        name = m["n"]
+        pool = server.pools.get(path)
+        if self.command == "GET":
+            if pool is None:
+                self._error(404, "NotFound", f"Agent pool {name} was not found.")
+            else:
+                self._send(200, pool)
+        elif self.command == "PUT":
+            if not re.fullmatch(r"[a-z][a-z0-9]{0,11}", name):
+                self._error(400, "InvalidParameter", f"Agent pool name {name!r} is invalid.")
+                return
+            props = dict(body.get("properties") or {})
+            if not props.get("vmSize") or int(props.get("count", -1)) < 0:
+                self._error(400, "InvalidParameter", "vmSize and count are required.")
+                return
+            created = pool is None
+            props["provisioningState"] = "Creating" if created else "Updating"
+            server.pools[path] = {
+                "id": path,
+                "name": name,
+                "type": "Microsoft.ContainerService/managedClusters/agentPools",
+                "properties": props,
+            }
+            self._send(
+                201 if created else 200,
+                server.pools[path],
+                {"Azure-AsyncOperation": self._operation(path, "put", error)},
+            )
+        elif self.command == "DELETE":
+            if pool is None:
+                self._send(204)
+                return
+            pool["properties"]["provisioningState"] = "Deleting"
+            op_url = self._operation(path, "delete", error)
+            self._send(202, None, {"Azure-AsyncOperation": op_url, "Location": op_url})
+        else:
+            self._error(405, "MethodNotAllowed", self.command)
+
+    do_GET = do_PUT = do_DELETE = _handle
