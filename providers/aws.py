@@ -157,29 +157,41 @@ class AwsProvider:
         self._node_role_arn, self._subnets, self._ami_type = node_role_arn, subnets or [], ami_type
         self._throttle = throttle or TokenBucket(rate=5, burst=10)
         self._sleep = sleep
-        if client is None:
+        self._profile, self._endpoint_url, self._read_timeout = profile, endpoint_url, read_timeout
+        self._client = client  # made on first use: a missing profile is an error of that call
+
+    @property
+    def _eks(self) -> Any:
+        if self._client is None:
             import boto3
             from botocore.config import Config
 
-            session = boto3.session.Session(profile_name=profile, region_name=region)
-            client = session.client(
+            session = boto3.session.Session(profile_name=self._profile, region_name=self.region)
+            self._client = session.client(
                 "eks",
-                endpoint_url=endpoint_url,
+                endpoint_url=self._endpoint_url,
                 config=Config(
                     retries={"max_attempts": 1, "mode": "standard"},
                     connect_timeout=10,
-                    read_timeout=read_timeout,
+                    read_timeout=self._read_timeout,
                 ),
             )
-        self._eks = client
+        return self._client
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
-        from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            NoCredentialsError,
+            ProfileNotFound,
+        )
 
         def once() -> Any:
             self._throttle.take()
             try:
                 return getattr(self._eks, operation)(**kwargs)
+            except ProfileNotFound:
+                raise InvalidRequest(f"AWS profile {self._profile!r} is not configured") from None
             except ClientError as exc:
                 error = exc.response.get("Error", {})
                 meta = exc.response.get("ResponseMetadata", {})

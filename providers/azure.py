@@ -151,18 +151,24 @@ class AzureProvider:
         self._offers = offers
         self._throttle = throttle or TokenBucket(rate=5, burst=10)
         self._sleep, self._polling_interval = sleep, polling_interval
-        if client is None:
+        self._identity = managed_identity_client_id
+        self._subscription = subscription_id
+        self._client = client  # made on first use
+
+    @property
+    def _aks(self) -> Any:
+        if self._client is None:
             from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
             from azure.mgmt.containerservice import ContainerServiceClient
 
             credential: Any = (
-                ManagedIdentityCredential(client_id=managed_identity_client_id)
-                if managed_identity_client_id
+                ManagedIdentityCredential(client_id=self._identity)
+                if self._identity
                 else DefaultAzureCredential()
             )
             # retry_total=0: burst retries itself, honouring Retry-After, without blocking the SDK.
-            client = ContainerServiceClient(credential, subscription_id, retry_total=0)
-        self._aks = client.agent_pools
+            self._client = ContainerServiceClient(credential, self._subscription, retry_total=0)
+        return self._client.agent_pools
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         from azure.core.exceptions import (

@@ -184,18 +184,23 @@ class GcpProvider:
         self._offers = offers
         self._throttle = throttle or TokenBucket(rate=5, burst=10)
         self._sleep, self._poll_interval, self._create_wait = sleep, poll_interval, create_wait
-        if client is None:
+        self._credentials_file = credentials_file
+        self._client = client  # made on first use: finding credentials may need the network
+
+    @property
+    def _gke(self) -> Any:
+        if self._client is None:
             from google.cloud import container_v1
 
             credentials = None
-            if credentials_file:
+            if self._credentials_file:
                 from google.oauth2 import service_account
 
                 credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-                    credentials_file
+                    self._credentials_file
                 )
-            client = container_v1.ClusterManagerClient(credentials=credentials)
-        self._gke = client
+            self._client = container_v1.ClusterManagerClient(credentials=credentials)
+        return self._client
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         from google.api_core import exceptions as gexc
