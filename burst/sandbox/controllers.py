@@ -26,6 +26,7 @@ from typing import Any
 
 from burst.clock import Clock
 from burst.duration import DurationError, parse_duration
+from burst.quantity import quantity
 from burst.sandbox.errors import ApiError
 from burst.sandbox.resources import BY_KIND, Resource
 from burst.sandbox.store import Obj, Store, timestamp
@@ -44,28 +45,6 @@ TERMINAL = ("Succeeded", "Failed")
 def _meta(obj: Obj) -> dict[str, Any]:
     meta: dict[str, Any] = obj.get("metadata") or {}
     return meta
-
-
-def quantity(value: Any) -> float:
-    """A Kubernetes resource quantity ("500m", "4", "16Gi") as a plain number (bytes for memory)."""
-    if value is None:
-        return 0.0
-    text = str(value).strip()
-    suffixes = {
-        "m": 1e-3,
-        "k": 1e3,
-        "M": 1e6,
-        "G": 1e9,
-        "T": 1e12,
-        "Ki": 2**10,
-        "Mi": 2**20,
-        "Gi": 2**30,
-        "Ti": 2**40,
-    }
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * suffixes[suffix]
-    return float(text)
 
 
 def pod_requests(pod: Obj) -> dict[str, float]:

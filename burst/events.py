@@ -1,0 +1,58 @@
+"""Kubernetes Events on the user's workload: what `kubectl describe` shows about burst's doings.
+
+The watch (malformed annotations), replication (refusals, dispatch) and sync (remote progress)
+steps record through an EventRecorder. The same (object, reason, message) is recorded once, so a
+loop that looks again every few seconds does not flood the namespace.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from burst.clock import Clock
+
+COMPONENT = "burst"
+
+
+class EventRecorder:
+    def __init__(self, api_client: Any, clock: Clock, component: str = COMPONENT) -> None:
+        self._api, self._clock, self._component = api_client, clock, component
+        self._seen: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
+
+    def record(
+        self, obj: Mapping[str, Any], type_: Literal["Normal", "Warning"], reason: str, message: str
+    ) -> bool:
+        """Record an Event on `obj` (a Job, PyTorchJob...). False if it was recorded before."""
+        from kubernetes import client
+
+        meta = obj.get("metadata") or {}
+        key = (str(meta.get("uid")), reason, message)
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+        now = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{meta.get('name', 'burst')}."},
+            "involvedObject": {
+                "kind": obj.get("kind"),
+                "apiVersion": obj.get("apiVersion"),
+                "namespace": meta.get("namespace"),
+                "name": meta.get("name"),
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            "message": message[:1024],
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": self._component},
+            "reportingComponent": self._component,
+        }
+        event = client.CoreV1Event.model_validate(body)
+        client.CoreV1Api(self._api).create_namespaced_event(meta.get("namespace", "default"), event)
+        return True
