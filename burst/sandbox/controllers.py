@@ -362,7 +362,16 @@ class ControlPlane:
                 else (parallelism if not succeeded else 0)
             )
             for _ in range(max(0, want - len(active))):
-                active.append(self._create_pod(job, (spec.get("template") or {}), f"{name}-", {}))
+                try:
+                    active.append(
+                        self._create_pod(job, (spec.get("template") or {}), f"{name}-", {})
+                    )
+                except ApiError as exc:
+                    if exc.code != 403:
+                        raise
+                    # Refused by a ResourceQuota: the real job controller reports and waits.
+                    self._event(job, "Warning", "FailedCreate", f"Error creating: {exc.message}")
+                    break
         status.update(
             active=len(active),
             succeeded=succeeded,

@@ -26,6 +26,7 @@ from time import monotonic as _monotonic
 from typing import Any
 
 from burst.clock import Clock
+from burst.quantity import quantity
 from burst.sandbox.errors import ApiError, already_exists, conflict, not_found
 from burst.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
 from burst.sandbox.resources import BY_KIND, RESOURCES, Resource
@@ -206,6 +207,8 @@ class Store:
             key = (namespace, meta["name"])
             if key in self._objects[res.key]:
                 raise already_exists(res.plural, meta["name"], res.group)
+            if res.kind == "Pod":
+                self._admit_quota(namespace, obj)
             meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
             meta["creationTimestamp"] = timestamp(self.clock.now())
             meta["generation"] = 1
@@ -217,6 +220,41 @@ class Store:
             self._index_owners(res, obj, None)
             self._record("ADDED", res, obj, None)
             return obj
+
+    def _admit_quota(self, namespace: str, pod: Obj) -> None:
+        """ResourceQuota admission for GPU requests, against the quota's status.used as the real
+        admission plugin evaluates it (the sandbox has no quota controller to keep `used` current)."""
+        wanted: dict[str, float] = {}
+        for c in (pod.get("spec") or {}).get("containers") or []:
+            resources = c.get("resources") or {}
+            limits = resources.get("limits") or {}
+            # Requests default to limits, as for extended resources such as GPUs.
+            for kind, values in (
+                ("requests", {**limits, **(resources.get("requests") or {})}),
+                ("limits", limits),
+            ):
+                for name, value in values.items():
+                    key = f"{kind}.{name}"
+                    wanted[key] = wanted.get(key, 0.0) + quantity(value)
+        for quota in self._objects["/resourcequotas"].values():
+            if _meta(quota).get("namespace") != namespace:
+                continue
+            hard = (
+                (quota.get("status") or {}).get("hard")
+                or (quota.get("spec") or {}).get("hard")
+                or {}
+            )
+            used = (quota.get("status") or {}).get("used") or {}
+            for key, limit in hard.items():
+                asked = wanted.get(key, 0.0)
+                if asked and quantity(used.get(key, 0)) + asked > quantity(limit):
+                    raise ApiError(
+                        403,
+                        "Forbidden",
+                        f'pods "{_meta(pod).get("name", "")}" is forbidden: exceeded quota: '
+                        f"{_meta(quota)['name']}, requested: {key}={asked:g}, "
+                        f"used: {key}={used.get(key, 0)}, limited: {key}={limit}",
+                    )
 
     def replace(
         self, res: Resource, namespace: str, name: str, body: Obj, status: bool = False

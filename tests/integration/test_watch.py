@@ -1,0 +1,236 @@
+"""The on-prem watch against a sandbox cluster, through the official client."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+from typing import Any
+
+from kubernetes import client
+
+from burst.clock import SystemClock
+from burst.events import EventRecorder
+from burst.sandbox import Sandbox, gpu_node
+from burst.sandbox.server import ApiServer
+from burst.watch import Observer, ResourceCache, catalog_gpu
+from tests.conftest import wait_for
+
+
+def gpu_job(
+    name: str,
+    gpus: int = 1,
+    *,
+    burstable: bool = True,
+    suspend: bool = False,
+    annotations: dict[str, str] | None = None,
+    product: str | None = "Tesla-V100-SXM2-16GB",
+    resource: str = "nvidia.com/gpu",
+    parallelism: int = 1,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [
+            {
+                "name": "train",
+                "image": "registry.cern.ch/ml/train:1",
+                "resources": {
+                    "limits": {resource: str(gpus)},
+                    "requests": {"cpu": "4", "memory": "16Gi"},
+                },
+            }
+        ],
+    }
+    if product:
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": product}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"burst.dev/burstable": "true"} if burstable else {},
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "suspend": suspend,
+            "parallelism": parallelism,
+            "template": {
+                "metadata": {"annotations": {"sandbox.burst.dev/duration": "1h"}},
+                "spec": spec,
+            },
+        },
+    }
+
+
+def observer(kube: Any) -> Observer:
+    events = EventRecorder(kube, SystemClock())
+    return Observer(kube, SystemClock(), events, watch_timeout=5).start()
+
+
+def test_pending_gpu_workloads_and_on_prem_capacity(kube: Any) -> None:
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_node(gpu_node("v100-0", "Tesla-V100-SXM2-16GB", gpus=4))
+    core.create_namespace({"metadata": {"name": "cms-ml", "labels": {"burst.dev/team": "cms"}}})
+    batch.create_namespaced_job("cms-ml", gpu_job("fits", gpus=4))  # runs on-prem
+    batch.create_namespaced_job(
+        "cms-ml", gpu_job("waits", gpus=2, annotations={"burst.dev/deadline": "6h"})
+    )
+    batch.create_namespaced_job("cms-ml", gpu_job("held", gpus=1, suspend=True))
+    batch.create_namespaced_job("cms-ml", gpu_job("cpu-only", gpus=0, product=None))
+    watch = observer(kube)
+    try:
+        assert watch.wait_synced()
+        pending = wait_for(
+            lambda: {w.name: w for w in watch.workloads()} if len(watch.workloads()) == 2 else None
+        )
+        waits = pending["waits"]
+        assert (waits.accelerator, waits.gpus_per_pod, waits.pods, waits.team) == (
+            "V100",
+            2,
+            1,
+            "cms",
+        )
+        assert waits.deadline == waits.created + timedelta(hours=6) and waits.cpu_per_pod == 4
+        assert pending["held"].burstable and not pending["held"].quota_blocked
+        onprem = wait_for(lambda: (o := watch.onprem()).running and o)
+        assert onprem.capacity == {"V100": 4}
+        assert [(r.accelerator, r.gpus) for r in onprem.running] == [("V100", 4)]
+    finally:
+        watch.stop()
+
+
+def test_quota_blocked_and_mig_requests(kube: Any) -> None:
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_namespace({"metadata": {"name": "kubeflow-user-alice"}})
+    core.create_namespaced_resource_quota(
+        "kubeflow-user-alice",
+        {"metadata": {"name": "gpu"}, "spec": {"hard": {"requests.nvidia.com/gpu": "1"}}},
+    )
+    # Alice's notebook already holds her one GPU (what the quota controller would write).
+    core.patch_namespaced_resource_quota_status(
+        "gpu",
+        "kubeflow-user-alice",
+        {
+            "status": {
+                "hard": {"requests.nvidia.com/gpu": "1"},
+                "used": {"requests.nvidia.com/gpu": "1"},
+            }
+        },
+    )
+    batch.create_namespaced_job("kubeflow-user-alice", gpu_job("over-quota", gpus=1))
+    batch.create_namespaced_job(
+        "kubeflow-user-alice",
+        gpu_job("mig", gpus=1, suspend=True, product=None, resource="nvidia.com/mig-1g.5gb"),
+    )
+    watch = observer(kube)
+    try:
+        found = wait_for(
+            lambda: {w.name: w for w in watch.workloads()} if len(watch.workloads()) == 2 else None
+        )
+        assert found["over-quota"].quota_blocked
+        refused = wait_for(
+            lambda: [
+                e
+                for e in core.list_namespaced_event("kubeflow-user-alice").items
+                if e.reason == "FailedCreate"
+            ]
+        )
+        assert "exceeded quota: gpu" in refused[0].message
+        assert found["mig"].accelerator == "mig-1g.5gb"
+    finally:
+        watch.stop()
+
+
+def test_a_malformed_annotation_is_a_warning_event_not_a_crash(kube: Any) -> None:
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    batch.create_namespaced_job(
+        "default",
+        gpu_job(
+            "typo",
+            suspend=True,
+            annotations={
+                "burst.dev/deadline": "tomorrow-ish",
+                "burst.dev/expected-runtime": "2 hours",
+            },
+        ),
+    )
+    watch = observer(kube)
+    try:
+        workload = wait_for(lambda: watch.workloads())[0]
+        assert workload.deadline is None and workload.expected_runtime is None
+        events = wait_for(
+            lambda: [
+                e
+                for e in core.list_namespaced_event("default").items
+                if e.reason == "InvalidBurstAnnotation"
+            ]
+        )
+        messages = sorted(e.message for e in events)
+        assert messages[0].startswith("burst.dev/deadline='tomorrow-ish' is ignored")
+        assert messages[1].startswith(
+            "burst.dev/expected-runtime='2 hours' is ignored: bad duration"
+        )
+        assert all(e.type == "Warning" and e.involved_object.name == "typo" for e in events)
+        watch.workloads()
+        assert (
+            len(
+                [
+                    e
+                    for e in core.list_namespaced_event("default").items
+                    if e.reason == "InvalidBurstAnnotation"
+                ]
+            )
+            == 2
+        )  # recorded once
+    finally:
+        watch.stop()
+
+
+def test_the_watch_survives_compaction_and_a_dropped_connection() -> None:
+    with Sandbox(history=30, controllers=False) as sandbox:
+        api = client.ApiClient(client.Configuration(host=sandbox.url))
+        core = client.CoreV1Api(api)
+        seen: list[tuple[str, str]] = []
+        cache = ResourceCache(
+            "configmaps",
+            core.list_config_map_for_all_namespaces,
+            lambda t, o: seen.append((t, o["metadata"]["name"])),
+            watch_timeout=2,
+            sleep=lambda s: None,
+        )
+        cache.relist()
+        for i in range(60):  # more events than the server keeps: the cache's version is compacted
+            core.create_namespaced_config_map("default", {"metadata": {"name": f"c{i:02d}"}})
+        stop = threading.Event()
+        thread = threading.Thread(target=cache.run, args=(stop,), daemon=True)
+        thread.start()
+        wait_for(lambda: len(cache.items) == 60)
+        assert cache.relists == 2  # the first list, and one after 410 Expired
+        # Drop the connection: the API server goes away; writes continue behind it.
+        port = sandbox.server.server_address[1]
+        sandbox.server.stop()
+        side = ApiServer(sandbox.store, port=0)
+        threading.Thread(target=side.serve_forever, daemon=True).start()
+        side_core = client.CoreV1Api(client.ApiClient(client.Configuration(host=side.url)))
+        side_core.delete_namespaced_config_map("c00", "default")
+        side_core.create_namespaced_config_map("default", {"metadata": {"name": "late"}})
+        back = ApiServer(sandbox.store, port=port)
+        threading.Thread(target=back.serve_forever, daemon=True).start()
+        wait_for(lambda: "late" in {o["metadata"]["name"] for o in cache.items.values()})
+        names = sorted(o["metadata"]["name"] for o in cache.items.values())
+        assert names == sorted([f"c{i:02d}" for i in range(1, 60)] + ["late"])
+        assert cache.reconnects >= 1
+        adds = [n for t, n in seen if t == "ADDED"]
+        assert len(adds) == len(set(adds))  # nothing delivered twice
+        stop.set()
+        back.stop()
+        side.stop()
+        sandbox.server = back  # already stopped; Sandbox.stop() stops it again harmlessly
+
+
+def test_gpu_product_names() -> None:
+    assert catalog_gpu("Tesla-V100-SXM2-16GB") == "V100"
+    assert catalog_gpu("Tesla-V100-PCIE-32GB") == "V100-32GB"
+    assert catalog_gpu("NVIDIA-A100-SXM4-80GB") == "A100-80GB"
+    assert catalog_gpu("NVIDIA-A100-PCIE-40GB") == "A100"
+    assert catalog_gpu("Tesla-T4") == "T4"
+    assert catalog_gpu("NVIDIA-L4") == "L4"
+    assert catalog_gpu("NVIDIA-L40S") == "L40S"
+    assert catalog_gpu("Something-Else") is None
