@@ -1,0 +1,66 @@
+"""sync.status_update: what the user's workload shows about its remote copy (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from burst.money import Money
+from burst.sync import remote_phase, status_update
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+LOCAL = {"kind": "Job", "metadata": {"name": "j", "annotations": {}}}
+
+
+def remote(*conditions: str, active: int = 0, **status: Any) -> dict[str, Any]:
+    return {
+        "status": {
+            "active": active,
+            **status,
+            "conditions": [{"type": c, "status": "True"} for c in conditions],
+        }
+    }
+
+
+def test_phases() -> None:
+    assert remote_phase(None) == "missing"
+    assert remote_phase(remote()) == "pending"
+    assert remote_phase(remote(active=1)) == "running"
+    assert remote_phase(remote("SuccessCriteriaMet", "Complete")) == "succeeded"
+    assert remote_phase(remote("Failed")) == "failed"
+    assert (
+        remote_phase({"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}})
+        == "succeeded"
+    )
+
+
+def test_running_shows_placement_and_cost_and_says_so_once() -> None:
+    update = status_update(LOCAL, remote(active=2), "aws-euc1/pool-1", Money.of("1.25", "USD"), NOW)
+    assert update.annotations == {
+        "burst.dev/placement": "aws-euc1/pool-1",
+        "burst.dev/remote-phase": "running",
+        "burst.dev/cost": "1.25 USD",
+    }
+    assert (
+        update.event == ("Normal", "BurstProgress", "running on aws-euc1/pool-1")
+        and update.finished is None
+    )
+    seen = {**LOCAL, "metadata": {"annotations": {"burst.dev/remote-phase": "running"}}}
+    assert status_update(seen, remote(active=2), "aws-euc1/pool-1", None, NOW).event is None
+
+
+def test_success_carries_the_remote_counts_back() -> None:
+    update = status_update(LOCAL, remote("Complete", succeeded=3), "gcp/p", None, NOW)
+    assert update.finished == "succeeded"
+    assert update.local_status["succeeded"] == 3
+    assert update.local_status["conditions"][0]["type"] == "Complete"
+    assert update.event is not None and update.event[0] == "Normal"
+
+
+def test_failure_is_a_warning_and_a_failed_condition() -> None:
+    update = status_update(
+        {"kind": "PyTorchJob", "metadata": {}}, remote("Failed"), "azure/p", None, NOW
+    )
+    assert update.finished == "failed"
+    assert update.local_status["conditions"][0]["type"] == "Failed"
+    assert update.event is not None and update.event[0] == "Warning"
