@@ -319,6 +319,92 @@ def db_check(url: UrlOption = None, config_path: ConfigOption = None) -> None:
     typer.echo(f"database {shown} is at revision {db.head_revision()} and matches the tables")
 
 
+@app.command("explain")
+def explain(
+    manifest: Annotated[Path, typer.Argument(help="A Job or PyTorchJob manifest (YAML).")],
+    config_path: ConfigOption = None,
+    fmt: Annotated[Literal["text", "json"], typer.Option("--format")] = "text",
+) -> None:
+    """Say whether a workload may burst, under which policy, what its remote copy would be, or why not."""
+    import yaml
+
+    from burst.config import Replication, selector_matches
+    from burst.translate import translate
+
+    try:
+        docs = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if d]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise _fail(f"cannot read {manifest}: {exc}") from None
+    if not docs or not isinstance(docs[0], dict):
+        raise _fail(f"{manifest}: no Kubernetes object in it")
+    obj = docs[0]
+    cfg = _load_config([config_path]) if config_path else None
+    prefix = cfg.service.spec.label_prefix if cfg and cfg.service else "burst.dev/"
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    labels = meta.get("labels") or {}
+    reasons: list[str] = []
+    if obj.get("kind") == "Pod":
+        reasons.append("a bare Pod is not burstable: wrap it in a Job")
+    if labels.get(f"{prefix}burstable") != "true":
+        reasons.append(f'not labelled {prefix}burstable: "true"')
+    policy = None
+    if cfg is not None:
+        policy = next(
+            (
+                p
+                for name, p in sorted(cfg.policies.items())
+                if selector_matches(p.spec.selector, namespace, labels)
+            ),
+            None,
+        )
+    if policy is None:
+        reasons.append(
+            f"no BurstPolicy claims namespace {namespace} with these labels"
+            + ("" if cfg else " (no --config given)")
+        )
+    rules = (
+        policy.spec.replication
+        if policy
+        else Replication.model_construct(
+            image_registries=[], secrets=[], config_maps=[], allow_service_account_token=False
+        )
+    )
+    remote_namespace = namespace
+    if policy and cfg and cfg.service:
+        first = next(
+            (t for t in cfg.service.spec.targets if t.name in policy.spec.placement.targets), None
+        )
+        if first is not None:
+            remote_namespace = first.remote_namespace.format(namespace=namespace)
+    obj.setdefault("metadata", {}).setdefault("uid", "00000000-0000-0000-0000-000000000000")
+    translated = translate(
+        obj,
+        pool="<pool>",
+        remote_namespace=remote_namespace,
+        installation=cfg.service.spec.installation_id if cfg and cfg.service else "<installation>",
+        rules=rules,
+    )
+    reasons += translated.refusals
+    result = {
+        "burstable": not reasons,
+        "policy": policy.metadata.name if policy else None,
+        "reasons": reasons,
+        "remote": translated.remote if obj.get("kind") != "Pod" else None,
+    }
+    if fmt == "json":
+        typer.echo(json.dumps(result, indent=2))
+        return
+    name = f"{obj.get('kind')} {namespace}/{meta.get('name', '?')}"
+    if not reasons:
+        typer.echo(f"{name} may burst under policy {result['policy']}. Its remote copy would be:")
+        typer.echo(yaml.safe_dump(translated.remote, sort_keys=False).rstrip())
+        return
+    typer.echo(f"{name} would not burst:")
+    for reason in reasons:
+        typer.echo(f"  - {reason}")
+
+
 @sandbox_app.command("up")
 def sandbox_up(
     nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.")] = 4,
