@@ -39,6 +39,8 @@ from burst.yamlsource import Path as DocPath
 API_VERSION = "burst.dev/v1"
 KINDS = ("ServiceConfig", "BurstPolicy", "Budget")
 DEFAULT_DATABASE_URL = "sqlite:///burst.db"
+# Requests for GPU slices (`nvidia.com/mig-1g.5gb`, `nvidia.com/gpu.shared`) as the watch names them.
+SLICED = re.compile(r"mig-\d+g\.\d+gb|gpu\.shared")
 # Typical time from asking for a GPU node pool to schedulable nodes (managed node group / node
 # pool / agent pool creation plus GPU driver start-up); targets may set their own.
 DEFAULT_PROVISIONING: Mapping[Cloud, timedelta] = {
@@ -597,7 +599,10 @@ def _check_references(
             if vocabulary is not None:
                 for want, subs in m.spec.placement.accelerators.items():
                     for j, acc in [(None, want), *enumerate(subs)]:
-                        if acc not in vocabulary.accelerators:
+                        # A request may also be a MIG slice or a time-sliced GPU, mapped to cloud GPUs.
+                        if acc not in vocabulary.accelerators and not (
+                            j is None and SLICED.fullmatch(acc)
+                        ):
                             path: DocPath = ("spec", "placement", "accelerators", want)
                             report(
                                 p,

@@ -331,3 +331,43 @@ def test_remote_copies_whose_local_workload_is_gone_are_collected(
     syncer = Syncer(local, EventRecorder(kube, SystemClock()), SystemClock(), "site-a")
     assert syncer.collect_orphans(remote, local_uids=set()) == ["burst-cms-ml/orphan-1234"]
     assert remote.read("Job", "burst-cms-ml", "other-site") is not None
+
+
+def test_a_lost_remote_cluster_requeues_its_workloads(kube: Any) -> None:
+    from datetime import timedelta
+
+    from burst.clock import FakeClock
+    from burst.sync import RemoteHealth
+
+    local = setup_local(kube)
+    client.BatchV1Api(kube).create_namespaced_job(
+        "cms-ml",
+        {
+            "metadata": {
+                "name": "stranded",
+                "labels": {"burst.dev/burstable": "true"},
+                "annotations": {"burst.dev/placement": "sim-aws/pool-1"},
+            },
+            "spec": {"suspend": True, "template": template()},
+        },
+    )
+    clock = FakeClock()
+    health = RemoteHealth(clock, grace=timedelta(minutes=10))
+    health.failed("sim-aws")
+    clock.advance(timedelta(minutes=9))
+    health.failed("sim-aws")  # still failing: the first failure time counts
+    assert not health.lost("sim-aws")
+    clock.advance(timedelta(minutes=1))
+    assert health.lost("sim-aws")
+    job = local.read("Job", "cms-ml", "stranded")
+    assert job is not None
+    Syncer(local, EventRecorder(kube, SystemClock()), clock, "site-a").requeue(job, "sim-aws")
+    back = local.read("Job", "cms-ml", "stranded")
+    assert back is not None and back["spec"]["suspend"] is False
+    assert "burst.dev/placement" not in back["metadata"].get("annotations", {})
+    assert any(
+        e.reason == "BurstRequeued"
+        for e in client.CoreV1Api(kube).list_namespaced_event("cms-ml").items
+    )
+    health.ok("sim-aws")
+    assert not health.lost("sim-aws")

@@ -234,3 +234,44 @@ def test_gpu_product_names() -> None:
     assert catalog_gpu("NVIDIA-L4") == "L4"
     assert catalog_gpu("NVIDIA-L40S") == "L40S"
     assert catalog_gpu("Something-Else") is None
+
+
+def test_a_suspended_burstable_pytorchjob_is_pending_with_all_its_pods(kube: Any) -> None:
+    template = gpu_job("x", gpus=2)["spec"]["template"]
+    client.CustomObjectsApi(kube).create_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        "default",
+        "pytorchjobs",
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {
+                "name": "ddp",
+                "labels": {"burst.dev/burstable": "true"},
+                "annotations": {"burst.dev/expected-runtime": "3h", "burst.dev/max-cost": "250"},
+            },
+            "spec": {
+                "runPolicy": {"suspend": True},
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": template},
+                    "Worker": {"replicas": 3, "template": template},
+                },
+            },
+        },
+    )
+    watch = Observer(
+        kube, SystemClock(), currency_for=lambda ns, labels: "CHF", watch_timeout=5
+    ).start()
+    try:
+        (ddp,) = wait_for(lambda: watch.workloads())
+        assert (ddp.kind, ddp.pods, ddp.gpus_per_pod, ddp.accelerator) == (
+            "PyTorchJob",
+            4,
+            2,
+            "V100",
+        )
+        assert ddp.expected_runtime == timedelta(hours=3)
+        assert str(ddp.max_cost) == "250.00 CHF"
+    finally:
+        watch.stop()

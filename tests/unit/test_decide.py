@@ -246,6 +246,26 @@ CASES = [
         make_config(("ml", policy_spec(placement={"targets": ["gcp-euw4"]}))),
     ),
     Case(
+        "mig-slice-bursts-where-the-policy-maps-it",
+        Snapshot(workloads=(workload(accelerator="mig-1g.5gb", quota_blocked=True),)),
+        lambda p: offer_of(p, "w1").accelerator == "T4",
+        make_config(
+            (
+                "ml",
+                policy_spec(
+                    trigger={"quotaExhausted": True},
+                    placement={"accelerators": {"mig-1g.5gb": ["T4"]}},
+                ),
+            )
+        ),
+    ),
+    Case(
+        "mig-slice-without-a-mapping-stays",
+        Snapshot(workloads=(workload(accelerator="mig-1g.5gb", quota_blocked=True),)),
+        lambda p: "no offer with 1x1 mig-1g.5gb" in skip_reason(p, "w1"),
+        make_config(("ml", policy_spec(trigger={"quotaExhausted": True}))),
+    ),
+    Case(
         "started-on-prem-cancels-planned-dispatch",
         Snapshot(workloads=(workload(phase="started", planned_pool="pool-1"),)),
         lambda p: (
