@@ -210,12 +210,15 @@ class LedgerEntry(Base):
     period_start: Mapped[datetime] = mapped_column(UTCDateTime)
     period_end: Mapped[datetime] = mapped_column(UTCDateTime)
     pool_id: Mapped[int | None] = mapped_column(ForeignKey("pools.id"))
+    pool: Mapped[str | None] = mapped_column(String(63))  # the pool's name, as on its cloud tags
     workload_id: Mapped[int | None] = mapped_column(ForeignKey("workloads.id"))
+    workload_uid: Mapped[str | None] = mapped_column(String(64))
+    namespace: Mapped[str | None] = mapped_column(String(253))
     team: Mapped[str] = mapped_column(String(253))
     policy: Mapped[str | None] = mapped_column(String(253))
     provider: Mapped[str | None] = mapped_column(String(16))
     region: Mapped[str | None] = mapped_column(String(64))
-    node_seconds: Mapped[int] = mapped_column(BigInteger, default=0)
+    gpu_seconds: Mapped[int] = mapped_column(BigInteger, default=0)
     amount_micros: Mapped[int] = mapped_column(BigInteger)
     currency: Mapped[str] = mapped_column(String(3))
     unit_price_micros: Mapped[int | None] = mapped_column(BigInteger)  # per node-hour

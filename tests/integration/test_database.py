@@ -58,7 +58,7 @@ def test_a_million_one_micro_charges_sum_exactly(engine: Engine) -> None:
         conn.execute(
             text(
                 "INSERT INTO ledger_entries (idempotency_key, kind, posted_at, period_start, "
-                "period_end, team, node_seconds, amount_micros, currency) "
+                "period_end, team, gpu_seconds, amount_micros, currency) "
                 f"SELECT 'k' || CAST(i AS TEXT), 'usage', :t, :t, :t, 'cms-ml', 1, 1, 'USD' FROM ({series}) AS g"
             ),
             {"t": NOW},

@@ -1,0 +1,189 @@
+"""The ledger on SQLite and PostgreSQL: idempotent posting, corrections, budgets, concurrency."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from burst import db, ledger
+from burst.clock import FakeClock
+from burst.meter import PoolHistory, Use, meter
+from burst.money import CurrencyError, Money
+from burst.tables import BudgetReservation, LedgerEntry
+
+T0 = datetime(2026, 11, 3, 8, 0, tzinfo=UTC)
+RATES = {"CHF": Decimal("0.80")}
+CONTEXT = ledger.ChargeContext(
+    pool_id=None,
+    policy="ml",
+    provider="aws",
+    region="eu-central-1",
+    namespaces={"w1": "cms-ml", "w2": "atlas-ml"},
+    workload_ids={},
+)
+
+
+def charges() -> list:  # type: ignore[type-arg]
+    history = PoolHistory(
+        pool="p1",
+        cloud="aws",
+        team="ml-platform",
+        policy="ml",
+        unit_price_micros=12_000_000,
+        currency="USD",
+        price_source="catalog",
+        gpus_per_node=4,
+        created=T0,
+        ready=T0 + timedelta(minutes=6),
+        node_changes=((T0, 2),),
+        deleted=T0 + timedelta(hours=3, minutes=10),
+    )
+    uses = [
+        Use("w1", "cms", 4, T0 + timedelta(minutes=6), T0 + timedelta(hours=2)),
+        Use("w2", "atlas", 2, T0 + timedelta(minutes=30), T0 + timedelta(hours=3)),
+    ]
+    return meter(history, uses, T0 + timedelta(hours=6))
+
+
+@pytest.fixture
+def sessions(engine: Engine):  # type: ignore[no-untyped-def]
+    db.upgrade(engine)
+    return db.sessions(engine)
+
+
+def total(sessions) -> int:  # type: ignore[no-untyped-def]
+    with sessions() as s:
+        return int(s.scalar(select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))))
+
+
+def test_posting_is_idempotent_and_survives_a_crash_between_any_two_charges(sessions) -> None:  # type: ignore[no-untyped-def]
+    clock, all_charges = FakeClock(), charges()
+    expected = sum(c.amount_micros for c in all_charges)
+    for crash_after in range(len(all_charges)):
+        with (
+            sessions.begin() as s
+        ):  # a pass that died after posting some rows (its transaction committed)
+            ledger.post(s, all_charges[:crash_after], CONTEXT, clock)
+        with sessions.begin() as s:  # the next pass posts everything again
+            ledger.post(s, all_charges, CONTEXT, clock)
+        assert total(sessions) == expected
+    with sessions() as s:
+        assert s.scalar(select(func.count()).select_from(LedgerEntry)) == len(all_charges)
+        cms = ledger.spent(s, "namespace", "cms-ml", T0, T0 + timedelta(days=1))
+        assert cms == {"USD": sum(c.amount_micros for c in all_charges if c.workload == "w1")}
+
+
+def test_a_correction_is_a_new_row_pointing_at_the_old(sessions) -> None:  # type: ignore[no-untyped-def]
+    clock = FakeClock()
+    with sessions.begin() as s:
+        ledger.post(s, charges(), CONTEXT, clock)
+    before = total(sessions)
+    with sessions.begin() as s:
+        first = s.scalar(select(LedgerEntry).order_by(LedgerEntry.id))
+        fix = ledger.correct(s, first.id, Money.of("-0.25", "USD"), "bill: discount", clock)
+        again = ledger.correct(s, first.id, Money.of("-0.25", "USD"), "bill: discount", clock)
+        assert fix.id == again.id and fix.corrects_id == first.id and fix.kind == "correction"
+        with pytest.raises(CurrencyError):
+            ledger.correct(s, first.id, Money.of("1", "EUR"), "x", clock)
+    assert total(sessions) == before - 250_000
+
+
+def test_sums_across_currencies_need_a_rate() -> None:
+    assert ledger.convert({"USD": 8_000_000, "CHF": 1_000_000}, "CHF", RATES) == Money(
+        7_400_000, "CHF"
+    )
+    with pytest.raises(CurrencyError, match="no exchange rate for EUR"):
+        ledger.convert({"EUR": 1}, "USD", RATES)
+
+
+def test_hard_budget_refuses_and_soft_budget_warns(sessions) -> None:  # type: ignore[no-untyped-def]
+    clock = FakeClock(T0)
+    hard = ledger.BudgetLimit("cms-month", "team", "cms", Money.of("10", "CHF"), "month")
+    with sessions.begin() as s:
+        ledger.reserve(s, hard, Money.of("10", "USD"), clock, RATES)  # 8.00 CHF
+    with (
+        pytest.raises(
+            ledger.BudgetExceeded, match=r"budget cms-month: 2\.00 CHF left, needs 2\.40 CHF"
+        ),
+        sessions.begin() as s,
+    ):
+        ledger.reserve(s, hard, Money.of("3", "USD"), clock, RATES)
+    soft = ledger.BudgetLimit("cms-soft", "team", "cms", Money.of("1", "USD"), "month", hard=False)
+    with sessions.begin() as s:
+        row = ledger.reserve(s, soft, Money.of("3", "USD"), clock, RATES)
+        assert ledger.release(s, [row.id], clock) == 1 and ledger.release(s, [row.id], clock) == 0
+
+
+def test_budget_counts_posted_spend_in_its_period(sessions) -> None:  # type: ignore[no-untyped-def]
+    clock = FakeClock(T0 + timedelta(hours=6))
+    with sessions.begin() as s:
+        ledger.post(s, charges(), CONTEXT, clock)
+    budget = ledger.BudgetLimit("cms-day", "team", "cms", Money.of("100", "USD"), "day")
+    with sessions() as s:
+        cms = sum(c.amount_micros for c in charges() if c.team == "cms")
+        assert ledger.used(s, budget, clock.now(), RATES) == Money(cms, "USD")
+        next_day = ledger.BudgetLimit("cms-day", "team", "cms", Money.of("100", "USD"), "day")
+        assert ledger.used(s, next_day, clock.now() + timedelta(days=1), RATES) == Money(0, "USD")
+
+
+def test_period_bounds() -> None:
+    now = datetime(2026, 11, 18, 15, 30, tzinfo=UTC)  # a Wednesday
+    assert ledger.period_bounds("day", now) == (
+        datetime(2026, 11, 18, tzinfo=UTC),
+        datetime(2026, 11, 19, tzinfo=UTC),
+    )
+    assert ledger.period_bounds("week", now) == (
+        datetime(2026, 11, 16, tzinfo=UTC),
+        datetime(2026, 11, 23, tzinfo=UTC),
+    )
+    assert ledger.period_bounds("month", now) == (
+        datetime(2026, 11, 1, tzinfo=UTC),
+        datetime(2026, 12, 1, tzinfo=UTC),
+    )
+
+
+def test_alert_thresholds() -> None:
+    assert ledger.crossed(
+        used_micros=85, amount_micros=100, thresholds=[50, 80, 100], before_micros=40
+    ) == [50, 80]
+    assert (
+        ledger.crossed(
+            used_micros=85, amount_micros=100, thresholds=[50, 80, 100], before_micros=85
+        )
+        == []
+    )
+
+
+@pytest.mark.postgres
+def test_two_writers_never_exceed_a_hard_budget_on_postgres(postgres_url: str) -> None:
+    engine = db.make_engine(postgres_url)
+    db.upgrade(engine)
+    sessions = db.sessions(engine)
+    budget = ledger.BudgetLimit("shared", "team", "cms", Money.of("10", "USD"), "month")
+    clock = FakeClock(T0)
+    start = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def writer() -> None:
+        start.wait()
+        try:
+            with sessions.begin() as s:
+                ledger.reserve(s, budget, Money.of("3", "USD"), clock, RATES)
+            outcomes.append("held")
+        except ledger.BudgetExceeded:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == ["held"] * 3 + ["refused"] * 5
+    with sessions() as s:
+        held = s.scalar(select(func.sum(BudgetReservation.amount_micros)))
+    assert held == 9_000_000 <= 10_000_000
+    engine.dispose()
