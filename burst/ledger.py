@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, and_, cast, func, select, text
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, text
 from sqlalchemy.orm import Session
 
 from burst.clock import Clock
