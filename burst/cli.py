@@ -405,6 +405,58 @@ def explain(
         typer.echo(f"  - {reason}")
 
 
+@app.command("report")
+def report_cmd(
+    period: Annotated[str, typer.Option(help="2026-11, 2026-W47 or 2026-11-01..2026-11-15.")],
+    by: Annotated[
+        Literal["team", "policy", "provider", "region", "job", "day"], typer.Option()
+    ] = "team",
+    fmt: Annotated[
+        Literal["table", "csv", "json", "md", "html"], typer.Option("--format")
+    ] = "table",
+    out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+    currency: Annotated[
+        str, typer.Option(help="Reporting currency (rates from the ServiceConfig).")
+    ] = "USD",
+    url: UrlOption = None,
+    config_path: ConfigOption = None,
+) -> None:
+    """Spend, GPU-hours, overhead and idle shares, budgets used and left, with a forecast."""
+    from burst import db, report
+    from burst.ledger import BudgetLimit
+    from burst.money import CurrencyError, Money
+
+    cfg = _load_config([config_path]) if config_path else None
+    rates = cfg.service.spec.usd_exchange_rates if cfg and cfg.service else {}
+    budgets = [
+        BudgetLimit(
+            name,
+            "team" if b.spec.scope.team else "policy" if b.spec.scope.policy else "namespace",
+            b.spec.scope.team or b.spec.scope.policy or b.spec.scope.namespace or "",
+            Money.of(b.spec.amount, b.spec.currency),
+            b.spec.period,
+            b.spec.enforcement == "hard",
+        )
+        for name, b in sorted((cfg.budgets if cfg else {}).items())
+    ]
+    engine, shown = _engine(url, config_path)
+    try:
+        with db.sessions(engine)() as session:
+            built = report.build(session, period, by, currency, rates, budgets)
+    except report.PeriodError as exc:
+        raise _fail(str(exc)) from None
+    except CurrencyError as exc:
+        raise _fail(f"{exc}; add it to usdExchangeRates in the ServiceConfig") from None
+    text = report.render(built, fmt)
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        typer.echo(
+            f"wrote {out} ({len(built.rows)} rows, total {built.total}) from {shown}", err=True
+        )
+    else:
+        typer.echo(text, nl=False)
+
+
 @sandbox_app.command("up")
 def sandbox_up(
     nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.")] = 4,
