@@ -457,6 +457,70 @@ def report_cmd(
         typer.echo(text, nl=False)
 
 
+@app.command("reconcile")
+def reconcile_cmd(
+    provider: Annotated[Literal["aws", "gcp", "azure"], typer.Option(help="Whose bill it is.")],
+    file: Annotated[Path, typer.Option("--file", help="The billing export (CSV).")],
+    url: UrlOption = None,
+    config_path: ConfigOption = None,
+    fmt: Annotated[Literal["text", "json"], typer.Option("--format")] = "text",
+) -> None:
+    """Match a cloud bill to the ledger, record differences as corrections, list unknown lines."""
+    from sqlalchemy import select
+
+    from burst import db, reconcile
+    from burst.clock import SystemClock
+    from burst.tables import LedgerEntry
+    from providers.gcp import cloud_name
+
+    try:
+        text = file.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _fail(f"cannot read {file}: {exc}") from None
+    engine, _ = _engine(url, config_path)
+    sessions = db.sessions(engine)
+    with sessions.begin() as session:
+        pools = [p for p in session.scalars(select(LedgerEntry.pool).distinct()) if p]
+        try:
+            lines = reconcile.parse(provider, text, {cloud_name(p): p for p in pools})
+        except (KeyError, ValueError) as exc:
+            raise _fail(
+                f"{file} is not a billing export of {provider}: {exc.__class__.__name__}: {exc}"
+            ) from None
+        outcome = reconcile.reconcile(
+            session, lines, SystemClock(), day_granularity=provider == "azure"
+        )
+    if fmt == "json":
+        typer.echo(
+            json.dumps(
+                {
+                    "matched": [
+                        {"pool": p, "at": t.isoformat(), "amount": m.json()}
+                        for p, t, m in outcome.matched
+                    ],
+                    "differs": [
+                        {"pool": p, "at": t.isoformat(), "bill": b.json(), "ledger": led.json()}
+                        for p, t, b, led in outcome.differs
+                    ],
+                    "unknown": [
+                        {"at": u.hour.isoformat(), "amount": u.amount.json(), "line": u.description}
+                        for u in outcome.unknown
+                    ],
+                    "corrections": outcome.corrections,
+                },
+                indent=2,
+            )
+        )
+        return
+    typer.echo(f"matched: {len(outcome.matched)} pool-hour(s)")
+    for p, t, b, led in outcome.differs:
+        typer.echo(
+            f"differs: {p} {t:%Y-%m-%d %H}:00 bill {b}, ledger {led}: corrected by {b - led}"
+        )
+    for u in outcome.unknown:
+        typer.echo(f"unknown to burst: {u.hour:%Y-%m-%d %H}:00 {u.amount} {u.description}")
+
+
 @sandbox_app.command("up")
 def sandbox_up(
     nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.")] = 4,

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 
+from prometheus_client import Counter
 from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, text
 from sqlalchemy.orm import Session
 
@@ -27,6 +28,9 @@ from burst.money import CurrencyError, Money
 from burst.tables import BudgetReservation, LedgerEntry
 
 log = logging.getLogger(__name__)
+BUDGET_ALERTS = Counter(
+    "burst_budget_alerts", "Budget alert thresholds crossed", ["budget", "threshold"]
+)
 Period = Literal["month", "week", "day"]
 ScopeKind = Literal["team", "policy", "namespace"]
 
@@ -293,3 +297,54 @@ def crossed(
         for t in sorted(thresholds)
         if before_micros * 100 < t * amount_micros <= used_micros * 100
     ]
+
+
+def workload_cost(session: Session, workload_uid: str) -> dict[str, int]:
+    """What a workload has cost so far, per currency (for its `burst.dev/cost` annotation)."""
+    query = (
+        select(LedgerEntry.currency, cast(func.sum(LedgerEntry.amount_micros), BigInteger))
+        .where(LedgerEntry.workload_uid == workload_uid)
+        .group_by(LedgerEntry.currency)
+    )
+    return {currency: int(total or 0) for currency, total in session.execute(query)}
+
+
+@dataclass(frozen=True)
+class Alert:
+    budget: str
+    threshold: int  # percent
+    used: Money
+    amount: Money
+    hard: bool
+
+    @property
+    def message(self) -> str:
+        kind = "hard" if self.hard else "soft"
+        return (
+            f"{kind} budget {self.budget}: {self.threshold}% reached ({self.used} of {self.amount})"
+        )
+
+
+def budget_alerts(
+    session: Session,
+    budgets: Iterable[tuple[BudgetLimit, Sequence[int]]],
+    now: datetime,
+    usd_rates: Mapping[str, Decimal],
+    last_seen: dict[str, int],
+) -> list[Alert]:
+    """Thresholds crossed since the last look (`last_seen`: budget -> used micros, updated here).
+
+    The caller delivers them: a log line and a metric here, an Event on the budget's running
+    workloads in the service.
+    """
+    alerts = []
+    for budget, thresholds in budgets:
+        now_used = used(session, budget, now, usd_rates)
+        before = last_seen.get(budget.name, 0)
+        for threshold in crossed(now_used.micros, budget.amount.micros, thresholds, before):
+            alert = Alert(budget.name, threshold, now_used, budget.amount, budget.hard)
+            log.warning(alert.message)
+            BUDGET_ALERTS.labels(budget=budget.name, threshold=str(threshold)).inc()
+            alerts.append(alert)
+        last_seen[budget.name] = now_used.micros
+    return alerts

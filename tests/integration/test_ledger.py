@@ -187,3 +187,38 @@ def test_two_writers_never_exceed_a_hard_budget_on_postgres(postgres_url: str) -
         held = s.scalar(select(func.sum(BudgetReservation.amount_micros)))
     assert held == 9_000_000 <= 10_000_000
     engine.dispose()
+
+
+def test_a_workloads_cost_so_far(sessions) -> None:  # type: ignore[no-untyped-def]
+    with sessions.begin() as s:
+        ledger.post(s, charges(), CONTEXT, FakeClock())
+    with sessions() as s:
+        assert ledger.workload_cost(s, "w1") == {
+            "USD": sum(c.amount_micros for c in charges() if c.workload == "w1")
+        }
+        assert ledger.workload_cost(s, "nobody") == {}
+
+
+def test_budget_alerts_fire_once_per_threshold(sessions) -> None:  # type: ignore[no-untyped-def]
+    from prometheus_client import REGISTRY
+
+    clock = FakeClock(T0 + timedelta(hours=6))
+    budget = ledger.BudgetLimit(
+        "cms-alerts", "team", "cms", Money.of("100", "USD"), "month", hard=False
+    )
+    seen: dict[str, int] = {}
+    with sessions() as s:
+        assert ledger.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen) == []
+    with sessions.begin() as s:
+        ledger.reserve(s, budget, Money.of("85", "USD"), clock, RATES)
+    with sessions() as s:
+        alerts = ledger.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen)
+        assert [a.threshold for a in alerts] == [50, 80]
+        assert alerts[1].message == "soft budget cms-alerts: 80% reached (85.00 USD of 100.00 USD)"
+        assert ledger.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen) == []
+    assert (
+        REGISTRY.get_sample_value(
+            "burst_budget_alerts_total", {"budget": "cms-alerts", "threshold": "80"}
+        )
+        == 1.0
+    )
