@@ -10,14 +10,14 @@ import contextlib
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import typer
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from burst.config import Config
+    from burst.config import BurstPolicy, Config
     from burst.model import Cloud
 
 app = typer.Typer(
@@ -319,6 +319,58 @@ def db_check(url: UrlOption = None, config_path: ConfigOption = None) -> None:
     typer.echo(f"database {shown} is at revision {db.head_revision()} and matches the tables")
 
 
+def _estimate(obj: dict[str, Any], cfg: Config, policy: BurstPolicy) -> dict[str, str] | None:
+    """Where and for how much the decision would burst this manifest now, if on-prem were full."""
+    from burst import catalog, decide
+    from burst.clock import SystemClock
+    from burst.duration import DurationError, format_duration, parse_duration
+    from burst.model import Dispatch, Snapshot, Workload
+    from burst.watch import workload_shape
+
+    shaped = workload_shape(obj)
+    if shaped is None or cfg.service is None:
+        return None
+    shape, pods = shaped
+    meta = obj.get("metadata") or {}
+    now = SystemClock().now()
+    runtime = None
+    text = (meta.get("annotations") or {}).get(f"{cfg.service.spec.label_prefix}expected-runtime")
+    if text:
+        try:
+            runtime = parse_duration(text)
+        except DurationError:
+            runtime = None
+    workload = Workload(
+        uid="explain",
+        kind=obj.get("kind", "Job"),
+        namespace=meta.get("namespace") or "default",
+        name=meta.get("name", "?"),
+        team=meta.get("namespace") or "default",
+        gpus_per_pod=shape.gpus,
+        pods=pods,
+        created=now,
+        pending_since=now,
+        accelerator=shape.accelerator,
+        burstable=True,
+        labels=meta.get("labels") or {},
+        expected_runtime=runtime,
+        cpu_per_pod=shape.cpu,
+        memory_gib_per_pod=shape.memory_gib,
+    )
+    offers = catalog.shipped().with_overrides(cfg.service.spec.catalog)
+    plan = decide.plan(Snapshot(workloads=(workload,)), offers, cfg, now)
+    sent = next((a for a in plan.actions if isinstance(a, Dispatch)), None)
+    if sent is None:
+        return None
+    where = sent.reason.split("; ")[1].split(", est.")[0]
+    used = runtime or next(iter(cfg.policies.values())).spec.defaults.expected_runtime
+    return {
+        "cost": str(sent.estimated_cost),
+        "where": where,
+        "runtime": format_duration(used if isinstance(used, timedelta) else timedelta(0)),
+    }
+
+
 @app.command("explain")
 def explain(
     manifest: Annotated[Path, typer.Argument(help="A Job or PyTorchJob manifest (YAML).")],
@@ -386,10 +438,12 @@ def explain(
         rules=rules,
     )
     reasons += translated.refusals
+    estimate = _estimate(obj, cfg, policy) if not reasons and cfg is not None and policy else None
     result = {
         "burstable": not reasons,
         "policy": policy.metadata.name if policy else None,
         "reasons": reasons,
+        "estimate": estimate,
         "remote": translated.remote if obj.get("kind") != "Pod" else None,
     }
     if fmt == "json":
@@ -397,7 +451,13 @@ def explain(
         return
     name = f"{obj.get('kind')} {namespace}/{meta.get('name', '?')}"
     if not reasons:
-        typer.echo(f"{name} may burst under policy {result['policy']}. Its remote copy would be:")
+        typer.echo(f"{name} may burst under policy {result['policy']}.")
+        if estimate is not None:
+            typer.echo(
+                f"If it burst now: {estimate['where']}, estimated cost {estimate['cost']} "
+                f"(provisioning, {estimate['runtime']} of runtime and the idle tail)."
+            )
+        typer.echo("Its remote copy would be:")
         typer.echo(yaml.safe_dump(translated.remote, sort_keys=False).rstrip())
         return
     typer.echo(f"{name} would not burst:")

@@ -26,6 +26,16 @@ def test_a_burstable_job_shows_its_remote_copy() -> None:
     code, out = explain("docs/examples/higgs-train.yaml", "--config", "config")
     assert code == 0
     assert out["burstable"] is True and out["policy"] == "ml-training" and out["reasons"] == []
+    # What it would cost if it burst now: 4 V100s for the annotated 2 h, on the cheapest allowed offer.
+    assert (
+        out["estimate"]["cost"].endswith(" USD") and float(out["estimate"]["cost"].split()[0]) > 0
+    )
+    assert out["estimate"]["runtime"] == "2h"
+    assert out["estimate"]["where"].split()[0] in (
+        "aws-eu-central-1",
+        "gcp-europe-west4",
+        "azure-eastus",
+    )
     remote = out["remote"]
     assert remote["metadata"]["labels"]["burst.dev/installation"] == "kubeflow-onprem"
     pod = remote["spec"]["template"]["spec"]
