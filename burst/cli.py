@@ -363,12 +363,8 @@ def _estimate(obj: dict[str, Any], cfg: Config, policy: BurstPolicy) -> dict[str
     if sent is None:
         return None
     where = sent.reason.split("; ")[1].split(", est.")[0]
-    used = runtime or next(iter(cfg.policies.values())).spec.defaults.expected_runtime
-    return {
-        "cost": str(sent.estimated_cost),
-        "where": where,
-        "runtime": format_duration(used if isinstance(used, timedelta) else timedelta(0)),
-    }
+    used = runtime or policy.spec.defaults.expected_runtime
+    return {"cost": str(sent.estimated_cost), "where": where, "runtime": format_duration(used)}
 
 
 @app.command("explain")
