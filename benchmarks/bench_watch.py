@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import subprocess
-import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
+from sandbox_process import sandbox_process
 
 from burst.clock import SystemClock
 from burst.watch import Observer
@@ -36,32 +34,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--pods-per-job", type=int, default=100)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "burst",
-                "sandbox",
-                "up",
-                "--nodes",
-                "0",
-                "--port",
-                "0",
-                "--kubeconfig",
-                f"{tmp}/kubeconfig",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert server.stdout is not None
-        url = server.stdout.readline().split()[4]
-        try:
-            run(url, args.jobs, args.pods_per_job)
-        finally:
-            server.terminate()
-            server.wait()
+    with sandbox_process() as url:
+        run(url, args.jobs, args.pods_per_job)
 
 
 def run(url: str, jobs: int, per_job: int) -> None:

@@ -19,7 +19,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burst.clock import Clock
-from burst.model import GPU_PRODUCT_LABEL, GPU_PRODUCTS, Cloud, Offer, OfferKey
+from burst.model import GPU_PRODUCTS, Cloud, Offer, OfferKey
+from burst.nodes import gpu_node_manifest
 from burst.provider import (
     TAG_OWNER,
     CapacityUnavailable,
@@ -279,60 +280,22 @@ class SimProvider:
                 raise
 
 
-def node_manifest(
-    spec: PoolSpec, name: str, cloud: Cloud, region: str, vcpus: int = 32, memory_gib: int = 244
-) -> dict[str, Any]:
-    """The Node a pool's instance registers as: pool and GPU labels, taints, GPU capacity."""
+def node_manifest(spec: PoolSpec, name: str, cloud: Cloud, region: str) -> dict[str, Any]:
+    """The Node a pool's instance registers as: pool, instance and GPU labels, taints, GPU capacity."""
     offer = spec.offer
-    resources = {
-        "cpu": str(vcpus),
-        "memory": f"{memory_gib}Gi",
-        "nvidia.com/gpu": str(offer.gpus),
-        "pods": "110",
+    labels = {
+        **spec.node_labels(),
+        "node.kubernetes.io/instance-type": offer.instance_type,
+        "topology.kubernetes.io/region": region,
+        "burst.dev/capacity-type": offer.capacity,
+        "burst.dev/cloud": cloud,
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                **spec.node_labels(),
-                "kubernetes.io/hostname": name,
-                "node.kubernetes.io/instance-type": offer.instance_type,
-                "topology.kubernetes.io/region": region,
-                GPU_PRODUCT_LABEL: GPU_PRODUCTS.get(
-                    offer.accelerator, f"NVIDIA-{offer.accelerator}"
-                ),
-                "nvidia.com/gpu.count": str(offer.gpus),
-                "burst.dev/capacity-type": offer.capacity,
-                "burst.dev/cloud": cloud,
-            },
-        },
-        "spec": {
-            "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints]
-        },
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "simulated node is ready",
-                }
-            ],
-            "nodeInfo": {
-                "kubeletVersion": "v1.31.0-sim",
-                "kubeProxyVersion": "v1.31.0",
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "osImage": "simulated",
-                "kernelVersion": "6.1.0",
-                "containerRuntimeVersion": "sim://1.0",
-                "machineID": name,
-                "systemUUID": name,
-                "bootID": name,
-            },
-        },
-    }
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints]
+    return gpu_node_manifest(
+        name,
+        product=GPU_PRODUCTS.get(offer.accelerator, f"NVIDIA-{offer.accelerator}"),
+        gpus=offer.gpus,
+        labels=labels,
+        taints=taints,
+        runtime="sim",
+    )

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from burst.clock import Clock, SystemClock
+from burst.nodes import gpu_node_manifest
 from burst.sandbox.controllers import ControlPlane
 from burst.sandbox.server import ApiServer
 from burst.sandbox.store import Store
@@ -29,50 +30,15 @@ def gpu_node(
     taints: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     """A ready GPU node as the NVIDIA device plugin and GPU feature discovery describe one."""
-    resources = {
-        "cpu": str(cpu),
-        "memory": f"{memory_gib}Gi",
-        "nvidia.com/gpu": str(gpus),
-        "pods": "110",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "nvidia.com/gpu.product": product,
-                "nvidia.com/gpu.count": str(gpus),
-                **(labels or {}),
-            },
-        },
-        "spec": {"taints": taints or []},
-        "status": {
-            "capacity": resources,
-            "allocatable": resources,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "sandbox kubelet is posting ready status",
-                }
-            ],
-            "nodeInfo": {
-                "kubeletVersion": "v1.31.0-sandbox",
-                "kubeProxyVersion": "v1.31.0",
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "osImage": "burst sandbox",
-                "kernelVersion": "6.1.0",
-                "containerRuntimeVersion": "sandbox://1.0",
-                "machineID": name,
-                "systemUUID": name,
-                "bootID": name,
-            },
-        },
-    }
+    return gpu_node_manifest(
+        name,
+        product=product,
+        gpus=gpus,
+        cpu=cpu,
+        memory_gib=memory_gib,
+        labels=labels,
+        taints=taints or [],
+    )
 
 
 class Sandbox:

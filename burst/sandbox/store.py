@@ -526,17 +526,7 @@ class Store:
                     raise ApiError(
                         400, "BadRequest", f"invalid resourceVersion {resource_version!r}"
                     ) from None
-                initial = []
-                if position < self._log_start - 1:
-                    yield (
-                        "ERROR",
-                        ApiError(
-                            410,
-                            "Expired",
-                            f"too old resource version: {position} ({self._log_start - 1})",
-                        ).status(),
-                    )
-                    return
+                initial = []  # a compacted version is answered 410 by the loop below
         yield from initial
         deadline = _monotonic() + timeout
         next_bookmark = _monotonic() + bookmark_every if bookmark_every else None

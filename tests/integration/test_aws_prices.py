@@ -3,12 +3,10 @@ static catalog as last-known-good when either fails."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from burst import catalog
 from burst.clock import FakeClock
@@ -17,15 +15,6 @@ from providers.aws import AwsPrices, spot_prices
 from tests.fakes.pricing import PricingFake
 
 REGION = "eu-central-1"
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture

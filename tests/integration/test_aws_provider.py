@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 import urllib3
-from moto.server import ThreadedMotoServer
 
 from burst import catalog
 from burst.model import OfferKey
@@ -29,15 +27,6 @@ from tests.fakes.proxy import Proxy, Rule
 REGION = "eu-central-1"
 CLUSTER = "burst-euc1"
 OFFER = OfferKey("aws", REGION, "p3.2xlarge", "on-demand", "V100", 1)
-
-
-@pytest.fixture(scope="module")
-def moto_url() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
 
 
 @pytest.fixture
