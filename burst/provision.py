@@ -1,0 +1,253 @@
+"""Carry out pool actions through a Provider, with the intent in the database before each cloud call.
+
+A pool's row is written (state `requested`, with its idempotency token) before `create_pool` is
+called, so a crash between the two leaves a row the next pass completes with the same token; every
+state change is a PoolEvent, which the meter reads. A capacity error marks the offer unavailable for
+a while (the next plan picks the next-best offer); other errors fail the pool with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from burst.catalog import UnavailableOffers
+from burst.clock import Clock
+from burst.model import CreatePool, OfferKey, PoolState, PoolView
+from burst.provider import (
+    CapacityUnavailable,
+    PoolNotFound,
+    PoolSpec,
+    Provider,
+    ProviderError,
+)
+from burst.tables import Pool, PoolEvent
+
+log = logging.getLogger(__name__)
+LIVE = ("requested", "creating", "ready", "draining")
+
+
+def _event(
+    session: Session, pool: Pool, to: str, nodes: int, at: datetime, reason: str | None, epoch: int
+) -> None:
+    session.add(
+        PoolEvent(
+            pool_id=pool.id,
+            at=at,
+            from_state=pool.state,
+            to_state=to,
+            nodes=nodes,
+            reason=reason,
+            epoch=epoch,
+        )
+    )
+    pool.state, pool.nodes_desired, pool.updated_at = to, nodes, at
+    if reason:
+        pool.state_reason = reason
+
+
+class Provisioner:
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        clock: Clock,
+        unavailable: UnavailableOffers,
+        installation: str,
+        epoch: int = 1,
+    ) -> None:
+        self.providers, self.clock, self.unavailable = providers, clock, unavailable
+        self.installation, self.epoch = installation, epoch
+
+    def create(self, session: Session, action: CreatePool) -> Pool:
+        now = self.clock.now()
+        row = Pool(
+            name=action.pool,
+            token=uuid.uuid4().hex,
+            target=action.target,
+            provider=action.offer.cloud,
+            region=action.offer.region,
+            instance_type=action.offer.instance_type,
+            capacity=action.offer.capacity,
+            accelerator=action.offer.accelerator,
+            gpus_per_node=action.offer.gpus,
+            nodes_desired=action.nodes,
+            policy=action.policy,
+            state="requested",
+            unit_price_micros=action.hourly.micros,
+            currency=action.hourly.currency,
+            price_source="catalog",
+            epoch=self.epoch,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(row)
+        session.flush()
+        session.add(
+            PoolEvent(
+                pool_id=row.id,
+                at=now,
+                from_state=None,
+                to_state="requested",
+                nodes=action.nodes,
+                reason=action.reason,
+                epoch=self.epoch,
+            )
+        )
+        session.commit()  # the intent is durable before the cloud hears of it
+        self.complete(session, row)
+        return row
+
+    def spec(self, row: Pool) -> PoolSpec:
+        # `provider` holds the cloud whose offer this is (a simulated target borrows one).
+        offer = OfferKey(
+            row.provider,
+            row.region,
+            row.instance_type,
+            row.capacity,  # type: ignore[arg-type]
+            row.accelerator,
+            row.gpus_per_node,
+        )
+        return PoolSpec(
+            name=row.name,
+            offer=offer,
+            nodes=row.nodes_desired,
+            owner=self.installation,
+            policy=row.policy,
+            epoch=row.epoch,
+        )
+
+    def complete(self, session: Session, row: Pool) -> None:
+        """Ask the cloud for a `requested` pool (again, with the same token, after a crash)."""
+        provider = self.providers[row.target]
+        now = self.clock.now()
+        try:
+            pool = provider.create_pool(self.spec(row), row.token)
+        except CapacityUnavailable as exc:
+            self.unavailable.mark(self.spec(row).offer)
+            _event(session, row, "failed", 0, now, f"capacity: {exc.message}", self.epoch)
+            session.commit()
+            return
+        except ProviderError as exc:
+            if exc.retryable:
+                log.warning("pool %s: %s; will try again", row.name, exc.message)
+                return
+            _event(session, row, "failed", 0, now, exc.message, self.epoch)
+            session.commit()
+            return
+        row.external_id = pool.external_id
+        _event(
+            session,
+            row,
+            "ready" if pool.phase == "ready" else "creating",
+            pool.nodes,
+            now,
+            None,
+            self.epoch,
+        )
+        if pool.phase == "ready":
+            row.ready_at = now
+        session.commit()
+
+    def refresh(self, session: Session) -> None:
+        """Follow creating and resizing pools to ready (or failed)."""
+        for row in session.scalars(
+            select(Pool).where(Pool.state.in_(("requested", "creating")))
+        ).all():
+            if row.state == "requested":
+                self.complete(session, row)
+                continue
+            try:
+                pool = self.providers[row.target].get_pool(row.name)
+            except PoolNotFound:
+                _event(
+                    session,
+                    row,
+                    "failed",
+                    0,
+                    self.clock.now(),
+                    "the cloud lost the pool",
+                    self.epoch,
+                )
+                continue
+            except ProviderError as exc:
+                log.warning("pool %s: %s", row.name, exc.message)
+                continue
+            if pool.phase == "ready":
+                row.ready_at = self.clock.now()
+                _event(session, row, "ready", pool.nodes, self.clock.now(), None, self.epoch)
+            elif pool.phase == "failed":
+                self.unavailable.mark(self.spec(row).offer)
+                _event(session, row, "failed", 0, self.clock.now(), pool.message, self.epoch)
+        session.commit()
+
+    def resize(self, session: Session, name: str, nodes: int) -> None:
+        row = session.scalar(select(Pool).where(Pool.name == name))
+        if row is None or row.state not in LIVE:
+            return
+        try:
+            pool = self.providers[row.target].resize_pool(name, nodes)
+        except ProviderError as exc:
+            log.warning("resize %s: %s", name, exc.message)
+            return
+        _event(
+            session,
+            row,
+            "ready" if pool.phase == "ready" else "creating",
+            nodes,
+            self.clock.now(),
+            None,
+            self.epoch,
+        )
+        session.commit()
+
+    def delete(self, session: Session, name: str, reason: str) -> Pool | None:
+        row = session.scalar(select(Pool).where(Pool.name == name))
+        if row is None or row.state in ("deleted",):
+            return None
+        _event(session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch)
+        session.commit()
+        try:
+            self.providers[row.target].delete_pool(name)
+        except ProviderError as exc:
+            log.warning("delete %s: %s; will try again", name, exc.message)
+            return None
+        row.deleted_at = self.clock.now()
+        _event(session, row, "deleted", 0, self.clock.now(), reason, self.epoch)
+        session.commit()
+        return row
+
+    def views(
+        self, session: Session, used: Mapping[str, list[int]], idle_since: Mapping[str, datetime]
+    ) -> list[PoolView]:
+        """Live pools as the decision sees them; `used` gives GPUs taken per pool's workloads."""
+        out = []
+        for row in session.scalars(
+            select(Pool).where(Pool.state.in_(("requested", "creating", "ready")))
+        ):
+            free = [row.gpus_per_node] * row.nodes_desired
+            for gpus in used.get(row.name, []):
+                for i, f in enumerate(free):
+                    if f >= gpus:
+                        free[i] = f - gpus
+                        break
+            offer = self.spec(row).offer
+            state: PoolState = "ready" if row.state == "ready" else "creating"
+            out.append(
+                PoolView(
+                    name=row.name,
+                    target=row.target,
+                    policy=row.policy,
+                    offer=offer,
+                    nodes=row.nodes_desired,
+                    state=state,
+                    created=row.created_at,
+                    free_gpus=tuple(free),
+                    idle_since=idle_since.get(row.name),
+                )
+            )
+        return out
