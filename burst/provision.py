@@ -12,13 +12,14 @@ import logging
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
+from typing import cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from burst.catalog import UnavailableOffers
 from burst.clock import Clock
-from burst.model import CreatePool, OfferKey, PoolState, PoolView
+from burst.model import CapacityType, Cloud, CreatePool, OfferKey, PoolState, PoolView
 from burst.provider import (
     CapacityUnavailable,
     PoolNotFound,
@@ -105,10 +106,10 @@ class Provisioner:
     def spec(self, row: Pool) -> PoolSpec:
         # `provider` holds the cloud whose offer this is (a simulated target borrows one).
         offer = OfferKey(
-            row.provider,
+            cast(Cloud, row.provider),
             row.region,
             row.instance_type,
-            row.capacity,  # type: ignore[arg-type]
+            cast(CapacityType, row.capacity),
             row.accelerator,
             row.gpus_per_node,
         )
