@@ -631,6 +631,57 @@ def sandbox_up(
     sandbox.stop()
 
 
+@app.command("demo")
+def demo_cmd(
+    seconds: Annotated[float, typer.Option(help="Stop after this long at most.")] = 90.0,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated clouds.")] = 1,
+    fmt: Annotated[Literal["text", "json"], typer.Option("--format")] = "text",
+    workdir: Annotated[Path, typer.Option(help="Where the database and the report go.")] = Path(
+        ".burst-demo"
+    ),
+) -> None:
+    """Run the whole flow on sandbox clusters and simulated clouds, then summarise it."""
+    import logging
+
+    from burst import demo
+
+    logging.basicConfig(level=logging.ERROR)
+
+    def say(text: str) -> None:
+        if fmt != "json":
+            typer.echo(text, err=True)
+
+    say("burst demo: an on-prem sandbox (8 V100, 4 T4), three simulated clouds, jobs arriving...")
+
+    def progress(run: demo.Demo, passes: int) -> None:
+        if passes % 5 == 0:
+            say(f"  {passes} s: " + demo.status_line(run))
+
+    summary = demo.run(seconds=seconds, seed=seed, workdir=workdir, on_pass=progress)
+    if fmt == "json":
+        typer.echo(demo.to_json(summary))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    table = Table(title=f"burst demo: {summary['seconds']} s")
+    for column in ("job", "ran", "state", "cost", "why"):
+        table.add_column(column, overflow="fold")
+    for job in summary["jobs"]:
+        table.add_row(job["job"], job["ran"], job["state"], job["cost"] or "", job["why"] or "")
+    console.print(table)
+    console.print(
+        f"pools created: {summary['pools_created']}, left running: {summary['pools_left_running']}; "
+        f"jobs run twice: {summary['jobs_run_twice']}"
+    )
+    console.print(
+        f"spend: {summary['spend_usd']} USD; by team {summary['spend_by_team']}; "
+        f"by provider {summary['spend_by_provider']}"
+    )
+    console.print(f"report: {summary['report']}")
+
+
 @app.command("version")
 def version() -> None:
     """Print burst's version."""

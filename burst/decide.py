@@ -74,7 +74,8 @@ class PlanError(ValueError):
 def _at(t: datetime | None, now: datetime) -> str:
     if t is None:
         return "never"
-    return t.strftime("%H:%M") if t.date() == now.date() else t.strftime("%Y-%m-%d %H:%M")
+    clock = "%H:%M:%S" if t.second else "%H:%M"
+    return t.strftime(clock) if t.date() == now.date() else t.strftime(f"%Y-%m-%d {clock}")
 
 
 def _usd(micros: int) -> Money:

@@ -1,0 +1,399 @@
+"""`burst demo`: the whole flow on the embedded default, in about a minute.
+
+A sandbox on-prem cluster (8 V100, 4 T4), a sandbox cluster per simulated cloud (AWS, GCP, Azure
+prices from the shipped catalog, provisioning 60x faster than life), a SQLite database, and the
+reconcile pass run once a second. It submits a mix of jobs: burstable with tight and loose
+deadlines, one that is not burstable, a PyTorchJob too big for on-prem, a hostile spec and one
+over its budget; then it tears every pool down, meters them, and summarises what burst where and why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from burst import catalog, config, db, ledger, report
+from burst.catalog import UnavailableOffers
+from burst.clock import SystemClock
+from burst.events import EventRecorder
+from burst.money import Money
+from burst.provision import Provisioner
+from burst.reconciler import Reconciler
+from burst.replicate import KubeObjects, Replicator
+from burst.sandbox import Sandbox, gpu_node
+from burst.sandbox.resources import BY_KIND
+from burst.sync import Syncer
+from burst.tables import Dispatch, LedgerEntry, Pool, Workload
+from burst.watch import Observer
+from providers.sim import SimCloud, SimProvider, SimSettings
+
+V100 = "Tesla-V100-SXM2-16GB"
+
+
+def _job(
+    name: str,
+    gpus: int,
+    *,
+    deadline: str | None,
+    burstable: bool = True,
+    seconds: int = 8,
+    product: str = V100,
+    **pod: Any,
+) -> dict[str, Any]:
+    annotations = {"burst.dev/expected-runtime": f"{seconds}s"}
+    if deadline:
+        annotations["burst.dev/deadline"] = deadline
+    spec = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"nvidia.com/gpu.product": product},
+        "containers": [
+            {
+                "name": "train",
+                "image": "registry.cern.ch/ml/train:1",
+                "env": [
+                    {
+                        "name": "WANDB_API_KEY",
+                        "valueFrom": {"secretKeyRef": {"name": "wandb-api-key", "key": "k"}},
+                    }
+                ],
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
+        **pod,
+    }
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"burst.dev/burstable": "true"} if burstable else {},
+            "annotations": annotations,
+        },
+        "spec": {
+            "template": {
+                "metadata": {"annotations": {"sandbox.burst.dev/duration": f"{seconds}s"}},
+                "spec": spec,
+            }
+        },
+    }
+
+
+def submit(local: KubeObjects) -> list[tuple[str, str, str]]:
+    """The demo's jobs: (namespace, kind, name)."""
+    for ns in ("cms-ml", "atlas-ml", "theory"):
+        local.ensure_namespace(ns)
+        local.core.create_namespaced_secret(
+            ns, {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "demo"}}
+        )
+    jobs: list[tuple[str, dict[str, Any]]] = []
+    for i in range(6):  # 24 V100 wanted, 8 on-prem: the last ones would miss their deadline
+        jobs.append(("cms-ml", _job(f"higgs-{i}", 4, deadline="20s")))
+    jobs.append(("atlas-ml", _job("loose-deadline", 4, deadline="10m")))
+    jobs.append(("atlas-ml", _job("not-burstable", 4, deadline="20s", burstable=False)))
+    jobs.append(
+        (
+            "atlas-ml",
+            _job(
+                "hostile", 4, deadline="20s", volumes=[{"name": "host", "hostPath": {"path": "/"}}]
+            ),
+        )
+    )
+    jobs.append(
+        ("theory", _job("over-budget", 4, deadline="30s"))
+    )  # a cloud could make it; the budget says no
+    out = []
+    for ns, body in jobs:
+        local.batch.create_namespaced_job(ns, body, _preload_content=False)
+        out.append((ns, "Job", body["metadata"]["name"]))
+    # No A100 on-prem: this one can only run in a cloud.
+    template = _job("x", 2, deadline=None, product="NVIDIA-A100-SXM4-40GB")["spec"]["template"]
+    local.custom.create_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        "atlas-ml",
+        "pytorchjobs",
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {
+                "name": "tracking-ddp",
+                "labels": {"burst.dev/burstable": "true"},
+                "annotations": {"burst.dev/deadline": "40s", "burst.dev/expected-runtime": "8s"},
+            },
+            "spec": {
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": template},
+                    "Worker": {"replicas": 3, "template": template},
+                }
+            },
+        },
+    )
+    out.append(("atlas-ml", "PyTorchJob", "tracking-ddp"))
+    return out
+
+
+@dataclass
+class Demo:
+    reconciler: Reconciler
+    providers: dict[str, SimProvider]
+    local: KubeObjects
+    sessions: Any
+    jobs: list[tuple[str, str, str]]
+    config: config.Config
+    skips: dict[str, str] = field(default_factory=dict)  # uid -> the latest reason it was not burst
+
+
+def run(
+    *,
+    seconds: float = 60.0,
+    seed: int = 1,
+    workdir: Path = Path(".burst-demo"),
+    on_pass: Callable[[Demo, int], None] | None = None,
+) -> dict[str, Any]:
+    """Run the demo; returns the summary (see `summarise`)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    clock = SystemClock()
+    shipped = catalog.shipped()
+    text = resources.files("burst").joinpath("data", "demo", "config.yaml").read_text("utf-8")
+    (workdir / "config.yaml").write_text(text)
+    cfg = config.load(
+        [workdir / "config.yaml"], config.Vocabulary(shipped.regions(), shipped.accelerators())
+    )
+    assert cfg.service is not None
+    db_file = workdir / "burst.db"
+    db_file.unlink(missing_ok=True)
+    engine = db.make_engine(f"sqlite:///{db_file}")
+    db.upgrade(engine)
+    sessions = db.sessions(engine)
+    onprem = Sandbox(tick=0.05, default_duration=8).start()
+    remotes = {
+        t.name: Sandbox(tick=0.05, default_duration=8).start() for t in cfg.service.spec.targets
+    }
+    try:
+        for i, product in enumerate((V100, V100, "Tesla-T4")):
+            onprem.store.create(BY_KIND["Node"], "", gpu_node(f"onprem-{i}", product, gpus=4))
+        from kubernetes import client
+
+        api = client.ApiClient(client.Configuration(host=onprem.url))
+        remote_apis = {
+            n: client.ApiClient(client.Configuration(host=s.url)) for n, s in remotes.items()
+        }
+        local = KubeObjects(api)
+        events = EventRecorder(api, clock)
+        world = SimCloud(clock, seed=seed, settings=SimSettings(speed=60.0))
+        providers = {
+            t.name: SimProvider(
+                world,
+                target=t.name,
+                cloud=t.cloud,
+                region=t.region,
+                offers=lambda: list(shipped),
+                kube=remote_apis[t.name],
+            )
+            for t in cfg.service.spec.targets
+        }
+        installation = cfg.service.spec.installation_id
+        observer = Observer(api, clock, events, watch_timeout=30).start()
+        observer.wait_synced()
+        budgets = [
+            ledger.BudgetLimit(
+                name,
+                "team",
+                b.spec.scope.team or "",
+                Money.of(b.spec.amount, b.spec.currency),
+                b.spec.period,
+                b.spec.enforcement == "hard",
+            )
+            for name, b in cfg.budgets.items()
+        ]
+        reconciler = Reconciler(
+            config=cfg,
+            catalog=shipped,
+            clock=clock,
+            sessions=sessions,
+            observer=observer,
+            local=local,
+            remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
+            provisioner=Provisioner(providers, clock, UnavailableOffers(clock), installation),
+            replicator=Replicator(local, events, installation),
+            syncer=Syncer(local, events, clock, installation),
+            budgets=budgets,
+        )
+        demo = Demo(reconciler, providers, local, sessions, submit(local), cfg)
+        started = time.monotonic()
+        passes = 0
+        while time.monotonic() - started < seconds:
+            outcome = reconciler.run_once()
+            for skip in outcome.plan.skips:
+                # Keep the first refusal of a wanted burst (the interesting "why"); else the latest.
+                if ", but " not in demo.skips.get(skip.workload, ""):
+                    demo.skips[skip.workload] = skip.reason
+            passes += 1
+            if on_pass:
+                on_pass(demo, passes)
+            if passes > 5 and _settled(demo):
+                break
+            time.sleep(1.0)
+        with sessions() as s:  # tear everything down and meter it
+            for pool in s.scalars(
+                select(Pool).where(Pool.state.not_in(("deleted", "failed")))
+            ).all():
+                reconciler.delete_pool(s, pool.name, "demo over")
+        observer.stop()
+        summary = summarise(demo, time.monotonic() - started)
+        with sessions() as s:
+            built = report.build(s, _period(), "team", "USD", cfg.service.spec.usd_exchange_rates)
+        (workdir / "report.html").write_text(report.render(built, "html"), encoding="utf-8")
+        summary["report"] = str(workdir / "report.html")
+        return summary
+    finally:
+        onprem.stop()
+        for sandbox in remotes.values():
+            sandbox.stop()
+        engine.dispose()
+
+
+def _period() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m")
+
+
+def _settled(demo: Demo) -> bool:
+    """Every job is done (here or there) or refused, and no pool is still up."""
+    with demo.sessions() as s:
+        busy = s.scalar(
+            select(func.count())
+            .select_from(Dispatch)
+            .where(Dispatch.state.in_(("planned", "dispatched")))
+        )
+        live = s.scalar(
+            select(func.count())
+            .select_from(Pool)
+            .where(Pool.state.in_(("requested", "creating", "ready")))
+        )
+    if busy or live:
+        return False
+    for ns, kind, name in demo.jobs:
+        obj = demo.local.read(kind, ns, name)
+        if obj is None:
+            continue
+        conditions = {
+            c.get("type"): c.get("status")
+            for c in (obj.get("status") or {}).get("conditions") or []
+        }
+        done = any(conditions.get(t) == "True" for t in ("Complete", "Failed", "Succeeded"))
+        refused = (obj["metadata"].get("labels") or {}).get("burst.dev/burstable") and _state(
+            demo, obj
+        ) == "cancelled"
+        if not done and not refused and name != "over-budget":
+            return False
+    return True
+
+
+def _state(demo: Demo, obj: dict[str, Any]) -> str | None:
+    with demo.sessions() as s:
+        row = s.scalar(select(Workload).where(Workload.uid == obj["metadata"]["uid"]))
+        return row.state if row else None
+
+
+def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
+    jobs = []
+    twice = 0
+    with demo.sessions() as s:
+        rows = {w.uid: w for w in s.scalars(select(Workload))}
+        for ns, kind, name in demo.jobs:
+            obj = demo.local.read(kind, ns, name) or {"metadata": {"uid": ""}}
+            uid = obj["metadata"]["uid"]
+            row = rows.get(uid)
+            local_runs = (
+                any(
+                    (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+                    for p in demo.local.pods_of(obj)
+                )
+                if uid
+                else False
+            )
+            remote = (
+                s.scalar(
+                    select(Dispatch).where(Dispatch.workload_id == row.id, Dispatch.state == "done")
+                )
+                if row
+                else None
+            )
+            twice += bool(local_runs and remote is not None)
+            annotations = obj["metadata"].get("annotations") or {}
+            events = [
+                e
+                for e in demo.local.core.list_namespaced_event(ns).items
+                if e.involved_object.uid == uid
+                and e.reason in ("BurstRefused", "BurstFinished", "Burst")
+            ]
+            jobs.append(
+                {
+                    "job": f"{ns}/{name}",
+                    "kind": kind,
+                    "ran": (annotations.get("burst.dev/placement") or "on-prem")
+                    if (remote or local_runs)
+                    else "not yet",
+                    "state": row.state
+                    if row
+                    else ("ran on-prem" if local_runs else "waiting on-prem"),
+                    "why": (row.state_reason if row else None)
+                    or demo.skips.get(uid)
+                    or "; ".join(e.message for e in events),
+                    "cost": annotations.get("burst.dev/cost"),
+                }
+            )
+        pools = list(s.scalars(select(Pool)))
+        spend = s.scalar(select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))) or 0
+        by_team: dict[str, int] = {}
+        by_provider: dict[str, int] = {}
+        for e in s.scalars(select(LedgerEntry)):
+            by_team[e.team] = by_team.get(e.team, 0) + e.amount_micros
+            by_provider[e.provider or "?"] = by_provider.get(e.provider or "?", 0) + e.amount_micros
+    left = sum(
+        len(p.list_pools(demo.reconciler.provisioner.installation)) for p in demo.providers.values()
+    )
+    return {
+        "seconds": round(elapsed, 1),
+        "jobs": jobs,
+        "pools_created": len(pools),
+        "pools": [
+            {
+                "name": p.name,
+                "target": p.target,
+                "instance_type": p.instance_type,
+                "state": p.state,
+                "reason": p.state_reason,
+            }
+            for p in pools
+        ],
+        "pools_left_running": left,
+        "jobs_run_twice": twice,
+        "spend_usd": str(Money(int(spend), "USD").to_decimal()),
+        "spend_by_team": {k: str(Money(v, "USD").to_decimal()) for k, v in sorted(by_team.items())},
+        "spend_by_provider": {
+            k: str(Money(v, "USD").to_decimal()) for k, v in sorted(by_provider.items())
+        },
+    }
+
+
+def to_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2)
+
+
+def status_line(demo: Demo) -> str:
+    with demo.sessions() as s:
+        states: dict[str, int] = {}
+        for w in s.scalars(select(Workload)):
+            states[w.state] = states.get(w.state, 0) + 1
+        pools: dict[str, int] = {}
+        for p in s.scalars(select(Pool)):
+            pools[p.state] = pools.get(p.state, 0) + 1
+    return f"workloads {states or '{}'}, pools {pools or '{}'}"
