@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from burst import catalog, config, db, ledger, report
+from burst import catalog, config, db, failpoints, ledger, report
 from burst.catalog import UnavailableOffers
 from burst.clock import SystemClock
 from burst.events import EventRecorder
@@ -81,6 +81,25 @@ def _job(
             }
         },
     }
+
+
+def submit_quick(local: KubeObjects) -> list[tuple[str, str, str]]:
+    """A short mix for the crash tests: on-prem is full, two jobs must burst, one only a cloud can run."""
+    for ns in ("cms-ml", "atlas-ml"):
+        local.ensure_namespace(ns)
+        local.core.create_namespaced_secret(
+            ns, {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "demo"}}
+        )
+    out = []
+    for name, body in (
+        ("hog-0", _job("hog-0", 4, deadline=None, burstable=False, seconds=60)),
+        ("hog-1", _job("hog-1", 4, deadline=None, burstable=False, seconds=60)),
+        ("tight-0", _job("tight-0", 4, deadline="20s", seconds=4)),
+        ("tight-1", _job("tight-1", 2, deadline="20s", seconds=4)),
+    ):
+        local.batch.create_namespaced_job("cms-ml", body, _preload_content=False)
+        out.append(("cms-ml", "Job", name))
+    return out
 
 
 def submit(local: KubeObjects) -> list[tuple[str, str, str]]:
@@ -146,6 +165,7 @@ class Demo:
     jobs: list[tuple[str, str, str]]
     config: config.Config
     skips: dict[str, str] = field(default_factory=dict)  # uid -> the latest reason it was not burst
+    crashes: int = 0
 
 
 def run(
@@ -154,8 +174,14 @@ def run(
     seed: int = 1,
     workdir: Path = Path(".burst-demo"),
     on_pass: Callable[[Demo, int], None] | None = None,
+    quick: bool = False,
+    crash_at: str | None = None,
 ) -> dict[str, Any]:
-    """Run the demo; returns the summary (see `summarise`)."""
+    """Run the demo; returns the summary (see `summarise`).
+
+    `crash_at` arms a failpoint: the pass that reaches it dies as a killed process would, and a
+    new Reconciler (nothing kept in memory) carries on from the database and the clusters.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     clock = SystemClock()
     shipped = catalog.shipped()
@@ -211,24 +237,39 @@ def run(
             )
             for name, b in cfg.budgets.items()
         ]
-        reconciler = Reconciler(
-            config=cfg,
-            catalog=shipped,
-            clock=clock,
-            sessions=sessions,
-            observer=observer,
-            local=local,
-            remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
-            provisioner=Provisioner(providers, clock, UnavailableOffers(clock), installation),
-            replicator=Replicator(local, events, installation),
-            syncer=Syncer(local, events, clock, installation),
-            budgets=budgets,
+
+        def fresh() -> Reconciler:
+            return Reconciler(
+                config=cfg,
+                catalog=shipped,
+                clock=clock,
+                sessions=sessions,
+                observer=observer,
+                local=local,
+                remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
+                provisioner=Provisioner(providers, clock, UnavailableOffers(clock), installation),
+                replicator=Replicator(local, events, installation),
+                syncer=Syncer(local, events, clock, installation),
+                budgets=budgets,
+            )
+
+        reconciler = fresh()
+        demo = Demo(
+            reconciler, providers, local, sessions, (submit_quick if quick else submit)(local), cfg
         )
-        demo = Demo(reconciler, providers, local, sessions, submit(local), cfg)
+        if crash_at:
+            failpoints.arm(crash_at)
         started = time.monotonic()
         passes = 0
         while time.monotonic() - started < seconds:
-            outcome = reconciler.run_once()
+            try:
+                outcome = reconciler.run_once()
+            except failpoints.Crash:
+                demo.crashes += 1
+                reconciler = demo.reconciler = (
+                    fresh()
+                )  # a restarted process: only the database remains
+                continue
             for skip in outcome.plan.skips:
                 # Keep the first refusal of a wanted burst (the interesting "why"); else the latest.
                 if ", but " not in demo.skips.get(skip.workload, ""):
@@ -239,6 +280,7 @@ def run(
             if passes > 5 and _settled(demo):
                 break
             time.sleep(1.0)
+        failpoints.disarm()
         with sessions() as s:  # tear everything down and meter it
             for pool in s.scalars(
                 select(Pool).where(Pool.state.not_in(("deleted", "failed")))
@@ -288,10 +330,9 @@ def _settled(demo: Demo) -> bool:
             for c in (obj.get("status") or {}).get("conditions") or []
         }
         done = any(conditions.get(t) == "True" for t in ("Complete", "Failed", "Succeeded"))
-        refused = (obj["metadata"].get("labels") or {}).get("burst.dev/burstable") and _state(
-            demo, obj
-        ) == "cancelled"
-        if not done and not refused and name != "over-budget":
+        if not (obj["metadata"].get("labels") or {}).get("burst.dev/burstable"):
+            continue  # it waits for on-prem GPUs like any job; burst has nothing to do with it
+        if not done and _state(demo, obj) != "cancelled":
             return False
     return True
 
@@ -362,6 +403,7 @@ def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
     )
     return {
         "seconds": round(elapsed, 1),
+        "crashes": demo.crashes,
         "jobs": jobs,
         "pools_created": len(pools),
         "pools": [

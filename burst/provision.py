@@ -17,6 +17,7 @@ from typing import cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from burst import failpoints
 from burst.catalog import UnavailableOffers
 from burst.clock import Clock
 from burst.model import CapacityType, Cloud, CreatePool, OfferKey, PoolState, PoolView
@@ -100,6 +101,7 @@ class Provisioner:
             )
         )
         session.commit()  # the intent is durable before the cloud hears of it
+        failpoints.hit("pool-intent-recorded")
         self.complete(session, row)
         return row
 
@@ -140,6 +142,7 @@ class Provisioner:
             _event(session, row, "failed", 0, now, exc.message, self.epoch)
             session.commit()
             return
+        failpoints.hit("pool-created-in-cloud")
         row.external_id = pool.external_id
         _event(
             session,
@@ -207,20 +210,40 @@ class Provisioner:
         session.commit()
 
     def delete(self, session: Session, name: str, reason: str) -> Pool | None:
+        """Delete in the cloud (again, if a pass died half way); the caller meters, then marks it deleted."""
         row = session.scalar(select(Pool).where(Pool.name == name))
-        if row is None or row.state in ("deleted",):
+        if row is None or row.state in ("deleted", "failed"):
             return None
-        _event(session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch)
-        session.commit()
+        if row.state != "deleting":
+            _event(
+                session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch
+            )
+            session.commit()
         try:
             self.providers[row.target].delete_pool(name)
         except ProviderError as exc:
             log.warning("delete %s: %s; will try again", name, exc.message)
             return None
-        row.deleted_at = self.clock.now()
-        _event(session, row, "deleted", 0, self.clock.now(), reason, self.epoch)
-        session.commit()
+        failpoints.hit("pool-deleted-in-cloud")
+        if row.deleted_at is None:
+            row.deleted_at = self.clock.now()
+            session.commit()
         return row
+
+    def mark_deleted(self, session: Session, row: Pool) -> None:
+        _event(
+            session,
+            row,
+            "deleted",
+            0,
+            row.deleted_at or self.clock.now(),
+            row.state_reason,
+            self.epoch,
+        )
+        session.commit()
+
+    def deleting(self, session: Session) -> list[Pool]:
+        return list(session.scalars(select(Pool).where(Pool.state == "deleting")))
 
     def views(
         self, session: Session, used: Mapping[str, list[int]], idle_since: Mapping[str, datetime]

@@ -18,7 +18,7 @@ from typing import cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from burst import decide, ledger
+from burst import decide, failpoints, ledger
 from burst.catalog import Catalog, UnavailableOffers
 from burst.clock import Clock
 from burst.config import Config
@@ -84,6 +84,8 @@ class Reconciler:
     def run_once(self) -> PassReport:
         with self.sessions() as s:
             self.provisioner.refresh(s)
+            for pool in self.provisioner.deleting(s):  # a pass died while deleting it
+                self.delete_pool(s, pool.name, pool.state_reason or "deleting")
             report = PassReport(Plan())
             self._dispatch_ready(s, report)
             self._sync(s, report)
@@ -120,6 +122,7 @@ class Reconciler:
                 remote_namespace=target.remote_namespace.format(namespace=w.namespace),
                 rules=policy.spec.replication,
             )
+            failpoints.hit("dispatch-not-recorded")
             d.remote_namespace, d.remote_name, d.updated_at = (
                 result.remote_namespace,
                 result.remote_name,
@@ -266,10 +269,14 @@ class Reconciler:
     # -- teardown and metering --
 
     def delete_pool(self, s: Session, name: str, reason: str) -> None:
+        """Delete in the cloud, post the pool's charges, then mark it deleted: each step is safe to
+        repeat, so a pass killed between any two leaves a `deleting` row the next pass finishes."""
         row = self.provisioner.delete(s, name, reason)
         if row is not None:
             self._idle_since.pop(name, None)
             self.meter_pool(s, row)
+            failpoints.hit("pool-metered")
+            self.provisioner.mark_deleted(s, row)
 
     def meter_pool(self, s: Session, row: Pool) -> int:
         events = list(

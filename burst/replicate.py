@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from burst import failpoints
 from burst.config import Replication
 from burst.events import EventRecorder
 from burst.translate import ORIGIN_INSTALLATION, ORIGIN_UID, Translation, translate
@@ -229,6 +230,7 @@ class Replicator:
                     obj["kind"], meta["namespace"], meta["name"], suspend_patch(obj["kind"], False)
                 )
                 return DispatchResult("started-on-prem", remote_namespace, name)
+        failpoints.hit("local-suspended")
         remote.ensure_namespace(remote_namespace)
         for kind, names in (("Secret", t.secrets), ("ConfigMap", t.config_maps)):
             for item in names:
@@ -240,6 +242,7 @@ class Replicator:
             reason = f"{target} already has a {obj['kind']} {remote_namespace}/{name} that burst did not create"
             self.events.record(obj, "Warning", "BurstRefused", reason)
             return DispatchResult("refused", remote_namespace, name, [reason])
+        failpoints.hit("remote-created")
         self.events.record(
             obj, "Normal", "Burst", f"sent to {target} (pool {pool}) as {remote_namespace}/{name}"
         )

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from burst import failpoints
 from burst.clock import Clock
 from burst.events import EventRecorder
 from burst.money import Money
@@ -167,6 +168,7 @@ class Syncer:
                 {"status": update.local_status},
                 status=True,
             )
+            failpoints.hit("outcome-recorded")
             remote.delete(local["kind"], remote_namespace, remote_name)
         return update
 
