@@ -18,19 +18,16 @@ from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 
-from prometheus_client import Counter
 from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, text
 from sqlalchemy.orm import Session
 
 from burst.clock import Clock
 from burst.meter import Charge
+from burst.metrics import BUDGET_ALERTS
 from burst.money import CurrencyError, Money
 from burst.tables import BudgetReservation, LedgerEntry
 
 log = logging.getLogger(__name__)
-BUDGET_ALERTS = Counter(
-    "burst_budget_alerts", "Budget alert thresholds crossed", ["budget", "threshold"]
-)
 Period = Literal["month", "week", "day"]
 ScopeKind = Literal["team", "policy", "namespace"]
 

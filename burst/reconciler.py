@@ -23,6 +23,7 @@ from burst.catalog import Catalog, UnavailableOffers
 from burst.clock import Clock
 from burst.config import Config
 from burst.meter import PoolHistory, Use, meter
+from burst.metrics import DECISION_SECONDS
 from burst.model import (
     BudgetView,
     Cloud,
@@ -203,7 +204,8 @@ class Reconciler:
             budgets=self._budget_views(s),
             unavailable=tuple(self.unavailable.current()),
         )
-        return decide.plan(snapshot, self.catalog, self.config, now)
+        with DECISION_SECONDS.time():
+            return decide.plan(snapshot, self.catalog, self.config, now)
 
     def _act(self, s: Session, plan: Plan) -> None:
         by_uid = {w.uid: w for w in self.observer.workloads()}

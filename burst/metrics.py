@@ -1,0 +1,15 @@
+"""The Prometheus metrics the flow records as it goes (the API serves them, with the ones it
+computes from the database at each scrape)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+DECISION_SECONDS = Histogram(
+    "burst_decision_seconds",
+    "Time decide.plan() took",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+)
+BUDGET_ALERTS = Counter(
+    "burst_budget_alerts", "Budget alert thresholds crossed", ["budget", "threshold"]
+)
