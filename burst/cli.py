@@ -631,6 +631,40 @@ def sandbox_up(
     sandbox.stop()
 
 
+@app.command("serve")
+def serve(
+    config_path: Annotated[
+        Path, typer.Option("--config", "-c", help="Folder of configuration documents.")
+    ],
+    identity: Annotated[
+        str | None,
+        typer.Option(help="This replica's name in the Lease (default: POD_NAME or the host name)."),
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="API port (default: the ServiceConfig's).")
+    ] = None,
+) -> None:
+    """Run the service: reconcile on a schedule while leader, serve the read-only API always."""
+    import logging
+    import os
+    import socket
+
+    from burst import app as service_app
+    from burst import db
+
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    _load_config([config_path])  # every problem, as `config validate` prints them
+    name = identity or os.environ.get("POD_NAME") or socket.gethostname()
+    try:
+        service = service_app.build(config_path, name)
+    except db.SchemaError as exc:
+        raise _fail(f"{exc}") from None
+    typer.echo(f"burst serve: {name} standing for election", err=True)
+    service_app.run(service, port=port)
+
+
 @app.command("demo")
 def demo_cmd(
     seconds: Annotated[float, typer.Option(help="Stop after this long at most.")] = 90.0,

@@ -19,7 +19,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from burst import catalog, config, db, failpoints, ledger, report
+from burst import catalog, config, db, failpoints, report
+from burst.app import budget_limits
 from burst.catalog import UnavailableOffers
 from burst.clock import SystemClock
 from burst.events import EventRecorder
@@ -226,17 +227,7 @@ def run(
         installation = cfg.service.spec.installation_id
         observer = Observer(api, clock, events, watch_timeout=30).start()
         observer.wait_synced()
-        budgets = [
-            ledger.BudgetLimit(
-                name,
-                "team",
-                b.spec.scope.team or "",
-                Money.of(b.spec.amount, b.spec.currency),
-                b.spec.period,
-                b.spec.enforcement == "hard",
-            )
-            for name, b in cfg.budgets.items()
-        ]
+        budgets = budget_limits(cfg)
 
         def fresh() -> Reconciler:
             return Reconciler(

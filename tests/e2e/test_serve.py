@@ -1,0 +1,167 @@
+"""`burst serve` replicas: one leads (fencing epoch in the database), the other takes over within
+the lease duration when the leader dies; both serve the read-only API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from sqlalchemy import select
+
+from burst import db
+from burst.sandbox import Sandbox
+from burst.tables import Leadership
+from tests.conftest import ROOT, wait_for
+
+SERVICE = """\
+apiVersion: burst.dev/v1
+kind: ServiceConfig
+metadata: {{name: burst}}
+spec:
+  installationId: serve-test
+  database: {{url: "sqlite:///{db}"}}
+  onPrem: {{kubeconfig: {onprem}}}
+  targets:
+    - name: sim-aws
+      provider: sim
+      region: eu-central-1
+      sim: {{cloud: aws}}
+      kubernetes: {{kubeconfig: {remote}}}
+  intervals: {{reconcile: 1s}}
+  api: {{tokenFile: {token}}}
+  leaderElection: {{namespace: default, leaseName: burst-leader, leaseDuration: 3s}}
+---
+apiVersion: burst.dev/v1
+kind: BurstPolicy
+metadata: {{name: ml}}
+spec:
+  selector: {{namespaces: [ml]}}
+  placement: {{targets: [sim-aws]}}
+  replication: {{imageRegistries: [registry.cern.ch]}}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def holder(api: Any) -> str | None:
+    try:
+        return (
+            client.CoordinationV1Api(api)
+            .read_namespaced_lease("burst-leader", "default")
+            .spec.holder_identity
+        )
+    except client.exceptions.ApiException:
+        return None
+
+
+def epoch(url: str) -> tuple[int, str] | None:
+    engine = db.make_engine(url)
+    with db.sessions(engine)() as s:
+        row = s.scalar(select(Leadership))
+        found = (row.epoch, row.holder) if row else None
+    engine.dispose()
+    return found
+
+
+def test_leader_failover(sandbox: Any, tmp_path: Path) -> None:
+    with Sandbox(controllers=False) as remote:
+        onprem_config = sandbox.kubeconfig(tmp_path / "onprem.kubeconfig")
+        remote_config = remote.kubeconfig(tmp_path / "remote.kubeconfig")
+        (tmp_path / "token").write_text("serve-token\n")
+        config_dir = tmp_path / "config"
+        config_dir.mkdir()
+        url = f"sqlite:///{tmp_path / 'burst.db'}"
+        (config_dir / "burst.yaml").write_text(
+            SERVICE.format(
+                db=tmp_path / "burst.db",
+                onprem=onprem_config,
+                remote=remote_config,
+                token=tmp_path / "token",
+            )
+        )
+        upgrade = subprocess.run(
+            [sys.executable, "-m", "burst", "db", "upgrade", "-c", str(config_dir)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert upgrade.returncode == 0, upgrade.stderr
+        api = client.ApiClient(client.Configuration(host=sandbox.url))
+        ports = {"a": free_port(), "b": free_port()}
+
+        def start(name: str) -> subprocess.Popen[str]:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "burst",
+                    "serve",
+                    "-c",
+                    str(config_dir),
+                    "--identity",
+                    name,
+                    "--port",
+                    str(ports[name]),
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+
+        a = start("a")
+        try:
+            wait_for(lambda: holder(api) == "a", timeout=20)
+            wait_for(lambda: epoch(url) == (1, "a"), timeout=10)
+            b = start("b")
+            try:
+                wait_for(
+                    lambda: (
+                        urllib3.request("GET", f"http://127.0.0.1:{ports['b']}/healthz").status
+                        == 200
+                        if _listening(ports["b"])
+                        else False
+                    ),
+                    timeout=20,
+                )
+                time.sleep(2)
+                assert holder(api) == "a"  # b follows while a renews
+                answer = urllib3.request(
+                    "GET",
+                    f"http://127.0.0.1:{ports['b']}/api/v1/pools",
+                    headers={"Authorization": "Bearer serve-token"},
+                )
+                assert answer.status == 200  # followers serve the read-only API
+                a.send_signal(signal.SIGKILL)  # the leader dies without letting go
+                killed = time.monotonic()
+                wait_for(lambda: holder(api) == "b", timeout=15)
+                assert (
+                    time.monotonic() - killed < 3 + 1.5 + 1.5
+                )  # lease duration, a retry, and slack
+                wait_for(lambda: epoch(url) == (2, "b"), timeout=10)
+            finally:
+                b.kill()
+                b.communicate()
+        finally:
+            a.kill()
+            a.communicate()
+        api.close()
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
