@@ -488,8 +488,13 @@ def _files(paths: Iterable[str | Path]) -> list[Path]:
     return found
 
 
-def _parse(doc: Document) -> _Doc | list[Problem]:
+def _parse(doc: Document) -> _Doc | list[Problem] | None:
+    """A burst document, its problems, or None for a document of another API (a Kubernetes
+    manifest or a kustomization kept beside the configuration)."""
     data = doc.data
+    if isinstance(data, dict) and isinstance(data.get("apiVersion"), str) and not str(
+            data["apiVersion"]).startswith("burst.dev/"):
+        return None
     if not isinstance(data, dict):
         return [
             Problem(
@@ -529,6 +534,8 @@ def load(paths: Iterable[str | Path], vocabulary: Vocabulary | None = None) -> C
             continue
         for doc in docs:
             result = _parse(doc)
+            if result is None:
+                continue
             if isinstance(result, list):
                 problems += result
             else:
