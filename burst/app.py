@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,16 +106,52 @@ class Service:
         log.warning("%s leads with epoch %d", self.identity, self.epoch)
         reconciler = self.reconciler_factory(self.epoch)
         scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
-        interval = self.cfg.service.spec.intervals.reconcile.total_seconds()
+        intervals = self.cfg.service.spec.intervals
         scheduler.add_job(
             self._pass,
             "interval",
             args=[reconciler],
-            seconds=interval,
+            seconds=intervals.reconcile.total_seconds(),
             id="reconcile",
             next_run_time=self.clock.now(),
         )
+        scheduler.add_job(
+            self._guarded,
+            "interval",
+            args=[reconciler.collect_orphans],
+            seconds=intervals.orphan_gc.total_seconds(),
+            id="orphan-gc",
+        )
+        scheduler.add_job(
+            self._guarded,
+            "interval",
+            args=[reconciler.refresh_prices],
+            seconds=intervals.price_refresh.total_seconds(),
+            id="price-refresh",
+            next_run_time=self.clock.now(),
+        )
         scheduler.start()
+        # A burst of new pods is one plan: wake the reconcile job a moment after the watch saw changes.
+        threading.Thread(
+            target=self._wake_on_changes, args=[scheduler, reconciler], daemon=True
+        ).start()
+
+    def _wake_on_changes(
+        self, scheduler: Any, reconciler: Reconciler, batch_s: float = 1.5
+    ) -> None:
+        changed = reconciler.observer.changed
+        while True:
+            changed.wait()
+            time.sleep(batch_s)
+            changed.clear()
+            scheduler.modify_job("reconcile", next_run_time=self.clock.now())
+
+    def _guarded(self, work: Callable[[], Any]) -> None:
+        if current_epoch(self.sessions) != self.epoch:
+            self.exit(1)
+            return
+        for line in work() or []:
+            log.warning("%s", line)
 
     def _pass(self, reconciler: Reconciler) -> None:
         if current_epoch(self.sessions) != self.epoch:  # someone newer leads: stop writing at once

@@ -492,8 +492,11 @@ def _parse(doc: Document) -> _Doc | list[Problem] | None:
     """A burst document, its problems, or None for a document of another API (a Kubernetes
     manifest or a kustomization kept beside the configuration)."""
     data = doc.data
-    if isinstance(data, dict) and isinstance(data.get("apiVersion"), str) and not str(
-            data["apiVersion"]).startswith("burst.dev/"):
+    if (
+        isinstance(data, dict)
+        and isinstance(data.get("apiVersion"), str)
+        and not str(data["apiVersion"]).startswith("burst.dev/")
+    ):
         return None
     if not isinstance(data, dict):
         return [

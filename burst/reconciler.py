@@ -35,6 +35,7 @@ from burst.model import (
     Snapshot,
 )
 from burst.money import Money
+from burst.provider import ProviderError
 from burst.provision import Provisioner
 from burst.replicate import KubeObjects, Replicator
 from burst.sync import Syncer
@@ -79,6 +80,7 @@ class Reconciler:
         self.budgets = list(budgets)
         self.unavailable: UnavailableOffers = provisioner.unavailable
         self._idle_since: dict[str, datetime] = {}
+        self._orphans_seen: dict[str, datetime] = {}
 
     # -- the pass --
 
@@ -267,6 +269,70 @@ class Reconciler:
             for name, p in sorted(self.config.policies.items())
             if selector_matches(p.spec.selector, namespace, labels)
         )
+
+    def refresh_prices(self) -> list[str]:
+        """Ask every provider that has live prices for them; the catalog keeps the last good ones."""
+        problems: list[str] = []
+        for target, provider in sorted(self.provisioner.providers.items()):
+            refresh = getattr(provider, "refresh_prices", None)
+            if refresh is not None:
+                problems += [f"{target}: {p}" for p in refresh()]
+        return problems
+
+    # -- orphans, both ways --
+
+    def collect_orphans(self, grace: timedelta = timedelta(minutes=10)) -> list[str]:
+        """Pools in a cloud with our owner tag but no row (a create whose row was lost) are deleted
+        once seen for `grace`; rows whose cloud pool is gone are closed, metered, and their
+        workloads requeued. Returns what was done, in words."""
+        done: list[str] = []
+        now = self.clock.now()
+        with self.sessions() as s:
+            rows = {p.name: p for p in s.scalars(select(Pool))}
+            for target, provider in sorted(self.provisioner.providers.items()):
+                try:
+                    in_cloud = {
+                        p.name: p for p in provider.list_pools(self.service.installation_id)
+                    }
+                except ProviderError as exc:
+                    log.warning("orphan scan of %s: %s", target, exc.message)
+                    continue
+                for name in sorted(in_cloud):
+                    row = rows.get(name)
+                    if row is not None and row.state not in ("deleted", "failed"):
+                        self._orphans_seen.pop(name, None)
+                        continue
+                    first = self._orphans_seen.setdefault(name, now)
+                    if now - first >= grace:
+                        provider.delete_pool(name)
+                        self._orphans_seen.pop(name, None)
+                        done.append(f"deleted orphan pool {target}/{name}")
+                for row in [
+                    r
+                    for r in rows.values()
+                    if r.target == target and r.state in ("ready", "creating")
+                ]:
+                    if row.name not in in_cloud:
+                        done.append(f"pool {row.name} vanished from {target}")
+                        self._lost_pool(s, row)
+        return done
+
+    def _lost_pool(self, s: Session, row: Pool) -> None:
+        row.deleted_at = self.clock.now()
+        row.state_reason = "gone from the cloud"
+        self.meter_pool(s, row)
+        self.provisioner.mark_deleted(s, row)
+        for d in s.scalars(
+            select(DispatchRow).where(DispatchRow.pool_id == row.id, DispatchRow.state.in_(ACTIVE))
+        ).all():
+            w = s.get(Workload, d.workload_id)
+            if w is None:
+                continue
+            obj = self.local.read(w.kind, w.namespace, w.name)
+            if obj is not None:
+                self.syncer.requeue(obj, d.target)
+            d.state, w.state, w.state_reason = "cancelled", "requeued", f"pool {row.name} was lost"
+        s.commit()
 
     # -- teardown and metering --
 

@@ -313,6 +313,7 @@ class Observer:
         ]
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self.changed = threading.Event()  # set on every workload or pod change, for the service
 
     # -- running --
 
@@ -335,6 +336,7 @@ class Observer:
     # -- events --
 
     def _on_workload(self, type_: str, obj: Obj) -> None:
+        self.changed.set()
         with self._lock:
             uid = _meta(obj)["uid"]
             self._dirty.add(uid)
@@ -342,6 +344,7 @@ class Observer:
                 self._summaries.pop(uid, None)
 
     def _on_pod(self, type_: str, pod: Obj) -> None:
+        self.changed.set()
         with self._lock:
             uid = _meta(pod)["uid"]
             owner = (

@@ -1,0 +1,155 @@
+"""Orphan collection in both directions: cloud pools without a row, rows without a cloud pool."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from sqlalchemy import select
+
+from burst import catalog, config, db
+from burst.catalog import UnavailableOffers
+from burst.clock import FakeClock
+from burst.events import EventRecorder
+from burst.model import CreatePool, OfferKey
+from burst.money import Money
+from burst.provider import PoolNotFound, PoolSpec
+from burst.provision import Provisioner
+from burst.reconciler import Reconciler
+from burst.replicate import KubeObjects, Replicator
+from burst.sync import Syncer
+from burst.tables import Dispatch, Pool, Workload
+from burst.watch import Observer
+from providers.sim import SimCloud, SimProvider
+from tests.conftest import ROOT
+
+OFFER = OfferKey("aws", "eu-central-1", "p3.2xlarge", "on-demand", "V100", 1)
+
+
+def setup(kube: Any, tmp_path: Path) -> tuple[Reconciler, SimProvider, Any, FakeClock]:
+    shipped = catalog.shipped()
+    cfg = config.load(
+        [ROOT / "burst" / "data" / "demo" / "config.yaml"],
+        config.Vocabulary(shipped.regions(), shipped.accelerators()),
+    )
+    clock = FakeClock()
+    world = SimCloud(clock)
+    sim = SimProvider(
+        world, target="sim-aws", cloud="aws", region="eu-central-1", offers=lambda: list(shipped)
+    )
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    db.upgrade(engine)
+    sessions = db.sessions(engine)
+    local = KubeObjects(kube)
+    events = EventRecorder(kube, clock)
+    reconciler = Reconciler(
+        config=cfg,
+        catalog=shipped,
+        clock=clock,
+        sessions=sessions,
+        observer=Observer(kube, clock),
+        local=local,
+        remotes={},
+        provisioner=Provisioner({"sim-aws": sim}, clock, UnavailableOffers(clock), "burst-demo"),
+        replicator=Replicator(local, events, "burst-demo"),
+        syncer=Syncer(local, events, clock, "burst-demo"),
+    )
+    return reconciler, sim, sessions, clock
+
+
+def test_a_cloud_pool_without_a_row_is_deleted_after_the_grace(kube: Any, tmp_path: Path) -> None:
+    reconciler, sim, _, clock = setup(kube, tmp_path)
+    sim.create_pool(
+        PoolSpec(name="lost-row", offer=OFFER, nodes=1, owner="burst-demo", policy="p", epoch=1),
+        "t",
+    )
+    sim.create_pool(
+        PoolSpec(name="not-ours", offer=OFFER, nodes=1, owner="someone-else", policy="p", epoch=1),
+        "t",
+    )
+    assert reconciler.collect_orphans(grace=timedelta(minutes=10)) == []  # first seen: wait
+    clock.advance(timedelta(minutes=10))
+    assert reconciler.collect_orphans(grace=timedelta(minutes=10)) == [
+        "deleted orphan pool sim-aws/lost-row"
+    ]
+    assert sim.list_pools("burst-demo") == []
+    assert [p.name for p in sim.list_pools("someone-else")] == ["not-ours"]
+
+
+def test_a_row_whose_pool_vanished_is_closed_and_its_work_requeued(
+    kube: Any, tmp_path: Path
+) -> None:
+    reconciler, sim, sessions, clock = setup(kube, tmp_path)
+    batch = client.BatchV1Api(kube)
+    job = batch.create_namespaced_job(
+        "default",
+        {
+            "metadata": {"name": "stranded"},
+            "spec": {
+                "suspend": True,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}
+                },
+            },
+        },
+    )
+    with sessions() as s:
+        pool = reconciler.provisioner.create(
+            s,
+            CreatePool(
+                "gone-pool",
+                "sim-aws",
+                "demo-training",
+                OFFER,
+                1,
+                Money.of("3.06", "USD"),
+                "test",
+                Money.of("1", "USD"),
+            ),
+        )
+        clock.advance(timedelta(hours=1))
+        reconciler.provisioner.refresh(s)
+        now = clock.now()
+        w = Workload(
+            uid=job.metadata.uid,
+            kind="Job",
+            namespace="default",
+            name="stranded",
+            team="t",
+            policy="demo-training",
+            state="dispatched",
+            gpus_per_pod=1,
+            pods=1,
+            created_at=now,
+            updated_at=now,
+        )
+        s.add(w)
+        s.flush()
+        s.add(
+            Dispatch(
+                workload_id=w.id,
+                pool_id=pool.id,
+                target="sim-aws",
+                remote_namespace="default",
+                remote_name="stranded-x",
+                state="dispatched",
+                epoch=1,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        s.commit()
+    sim.delete_pool("gone-pool")  # behind burst's back
+    assert reconciler.collect_orphans() == ["pool gone-pool vanished from sim-aws"]
+    with sessions() as s:
+        row = s.scalar(select(Pool).where(Pool.name == "gone-pool"))
+        assert row is not None and row.state == "deleted"
+        assert s.scalar(select(Workload)).state == "requeued"  # type: ignore[union-attr]
+    assert batch.read_namespaced_job("stranded", "default").spec.suspend is False
+    try:
+        sim.get_pool("gone-pool")
+        raise AssertionError("the pool should be gone")
+    except PoolNotFound:
+        pass
