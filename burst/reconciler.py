@@ -103,7 +103,7 @@ class Reconciler:
             assert w is not None and pool is not None
             if (
                 pool.state == "failed"
-            ):  # the pool never came: back to the queue, the next plan decides again
+            ):  # the pool never came: back to the queue, the next plan decides
                 d.state, w.state = "cancelled", "pending"
                 w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
                 s.commit()
