@@ -257,9 +257,11 @@ class Reconciler:
                         updated_at=now,
                     )
                 )
-                s.commit()
             elif isinstance(action, DeletePool):
                 self.delete_pool(s, action.pool, action.reason)
+        # Planned dispatches are intents for the next pass, which replicates them: one commit for
+        # all of them (a pass that dies before it loses only plans, and the next pass plans again).
+        s.commit()
 
     def _policy_name(self, namespace: str, labels: Mapping[str, str]) -> str:
         from burst.config import selector_matches
