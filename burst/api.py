@@ -23,7 +23,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import ledger
-from burst.metrics import BUDGET_ALERTS, DECISION_SECONDS
+from burst.metrics import BUDGET_ALERTS, DECISION_SECONDS, PROVIDER_CALLS
 from burst.model import Plan
 from burst.snapshot import plan_document
 from burst.tables import LedgerEntry, Pool, Workload
@@ -93,6 +93,7 @@ def create_app(
     registry.register(_DatabaseCollector(sessions, budgets, rates or {}, now))
     registry.register(DECISION_SECONDS)
     registry.register(BUDGET_ALERTS)
+    registry.register(PROVIDER_CALLS)
     app = FastAPI(
         title="burst",
         version="1",

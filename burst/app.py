@@ -202,7 +202,12 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
             local=local,
             remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
             provisioner=Provisioner(
-                built, clock, UnavailableOffers(clock), spec.installation_id, epoch
+                built,
+                clock,
+                UnavailableOffers(clock),
+                spec.installation_id,
+                epoch,
+                launch_timeouts={t.name: 3 * t.provisioning for t in spec.targets},
             ),
             replicator=Replicator(local, events, spec.installation_id),
             syncer=Syncer(local, events, clock, spec.installation_id),

@@ -376,20 +376,35 @@ def shipped() -> Catalog:
 
 
 class UnavailableOffers:
-    """Offers that recently failed for lack of capacity, forgotten after a TTL.
+    """Offers that recently failed (no capacity, a launch that failed or timed out), backed off.
 
-    The provision step marks an offer when a cloud answers CapacityUnavailable; the decision skips
-    `current()` so that the next-best offer is tried, and the offer comes back once the TTL passes.
+    The provision step marks an offer when it fails; the decision skips `current()` so that the
+    next-best offer is tried. Each failure in a row doubles the back-off (from `ttl` up to
+    `max_ttl`); the offer comes back once it passes, and a success forgets its history.
     """
 
-    def __init__(self, clock: Clock, ttl: timedelta = timedelta(minutes=15)) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        ttl: timedelta = timedelta(minutes=15),
+        max_ttl: timedelta = timedelta(hours=4),
+    ) -> None:
         self._clock = clock
-        self._ttl = ttl
+        self._ttl, self._max_ttl = ttl, max_ttl
         self._until: dict[OfferKey, datetime] = {}
+        self._failures: dict[OfferKey, int] = {}
 
-    def mark(self, key: OfferKey, ttl: timedelta | None = None) -> None:
-        until = self._clock.now() + (ttl if ttl is not None else self._ttl)
+    def mark(self, key: OfferKey, ttl: timedelta | None = None) -> timedelta:
+        """Back `key` off; returns for how long."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        wait = ttl if ttl is not None else min(self._ttl * 2 ** (failures - 1), self._max_ttl)
+        until = self._clock.now() + wait
         self._until[key] = max(until, self._until.get(key, until))
+        return wait
+
+    def succeeded(self, key: OfferKey) -> None:
+        self._failures.pop(key, None)
 
     def is_unavailable(self, key: OfferKey) -> bool:
         until = self._until.get(key)

@@ -229,6 +229,8 @@ def run(
         observer.wait_synced()
         budgets = budget_limits(cfg)
 
+        targets = cfg.service.spec.targets
+
         def fresh() -> Reconciler:
             return Reconciler(
                 config=cfg,
@@ -238,7 +240,13 @@ def run(
                 observer=observer,
                 local=local,
                 remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
-                provisioner=Provisioner(providers, clock, UnavailableOffers(clock), installation),
+                provisioner=Provisioner(
+                    providers,
+                    clock,
+                    UnavailableOffers(clock),
+                    installation,
+                    launch_timeouts={t.name: 5 * t.provisioning for t in targets},
+                ),
                 replicator=Replicator(local, events, installation),
                 syncer=Syncer(local, events, clock, installation),
                 budgets=budgets,

@@ -13,3 +13,9 @@ DECISION_SECONDS = Histogram(
 BUDGET_ALERTS = Counter(
     "burst_budget_alerts", "Budget alert thresholds crossed", ["budget", "threshold"]
 )
+PROVIDER_CALLS = Histogram(
+    "burst_provider_call_seconds",
+    "Cloud provider calls, by outcome",
+    ["target", "operation", "outcome"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60),
+)

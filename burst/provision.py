@@ -9,10 +9,11 @@ a while (the next plan picks the next-best offer); other errors fail the pool wi
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
-from typing import cast
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,6 +21,7 @@ from sqlalchemy.orm import Session
 from burst import failpoints
 from burst.catalog import UnavailableOffers
 from burst.clock import Clock
+from burst.metrics import PROVIDER_CALLS
 from burst.model import CapacityType, Cloud, CreatePool, OfferKey, PoolState, PoolView
 from burst.provider import (
     CapacityUnavailable,
@@ -32,6 +34,7 @@ from burst.tables import Pool, PoolEvent
 
 log = logging.getLogger(__name__)
 LIVE = ("requested", "creating", "ready", "draining")
+DEFAULT_LAUNCH_TIMEOUT = timedelta(minutes=45)  # the slowest GPU pools take tens of minutes
 
 
 def _event(
@@ -61,9 +64,27 @@ class Provisioner:
         unavailable: UnavailableOffers,
         installation: str,
         epoch: int = 1,
+        launch_timeouts: Mapping[str, timedelta] | None = None,
     ) -> None:
         self.providers, self.clock, self.unavailable = providers, clock, unavailable
         self.installation, self.epoch = installation, epoch
+        # Per target: how long a pool may take to be ready before it counts as failed.
+        self.launch_timeouts = dict(launch_timeouts or {})
+
+    def call(self, target: str, operation: str, *args: Any) -> Any:
+        """A provider call, timed and counted by outcome (ok, or the error's type)."""
+        start = time.perf_counter()
+        outcome = "ok"
+        try:
+            return getattr(self.providers[target], operation)(*args)
+        except ProviderError as exc:
+            outcome = type(exc).__name__
+            raise
+        finally:
+            PROVIDER_CALLS.labels(target, operation, outcome).observe(time.perf_counter() - start)
+
+    def launch_timeout(self, row: Pool) -> timedelta:
+        return self.launch_timeouts.get(row.target, DEFAULT_LAUNCH_TIMEOUT)
 
     def create(self, session: Session, action: CreatePool) -> Pool:
         now = self.clock.now()
@@ -126,10 +147,9 @@ class Provisioner:
 
     def complete(self, session: Session, row: Pool) -> None:
         """Ask the cloud for a `requested` pool (again, with the same token, after a crash)."""
-        provider = self.providers[row.target]
         now = self.clock.now()
         try:
-            pool = provider.create_pool(self.spec(row), row.token)
+            pool = self.call(row.target, "create_pool", self.spec(row), row.token)
         except CapacityUnavailable as exc:
             self.unavailable.mark(self.spec(row).offer)
             _event(session, row, "failed", 0, now, f"capacity: {exc.message}", self.epoch)
@@ -166,7 +186,7 @@ class Provisioner:
                 self.complete(session, row)
                 continue
             try:
-                pool = self.providers[row.target].get_pool(row.name)
+                pool = self.call(row.target, "get_pool", row.name)
             except PoolNotFound:
                 _event(
                     session,
@@ -183,10 +203,28 @@ class Provisioner:
                 continue
             if pool.phase == "ready":
                 row.ready_at = self.clock.now()
+                self.unavailable.succeeded(self.spec(row).offer)
                 _event(session, row, "ready", pool.nodes, self.clock.now(), None, self.epoch)
             elif pool.phase == "failed":
                 self.unavailable.mark(self.spec(row).offer)
                 _event(session, row, "failed", 0, self.clock.now(), pool.message, self.epoch)
+            elif self.clock.now() - row.created_at > self.launch_timeout(row):
+                # Never became ready: give up on it, back the offer off, and let the pool go.
+                waited = self.clock.now() - row.created_at
+                self.unavailable.mark(self.spec(row).offer)
+                _event(
+                    session,
+                    row,
+                    "failed",
+                    row.nodes_desired,
+                    self.clock.now(),
+                    f"not ready after {int(waited.total_seconds())} s (launch timeout)",
+                    self.epoch,
+                )
+                try:
+                    self.call(row.target, "delete_pool", row.name)
+                except ProviderError as exc:
+                    log.warning("pool %s: %s", row.name, exc.message)
         session.commit()
 
     def resize(self, session: Session, name: str, nodes: int) -> None:
@@ -194,7 +232,7 @@ class Provisioner:
         if row is None or row.state not in LIVE:
             return
         try:
-            pool = self.providers[row.target].resize_pool(name, nodes)
+            pool = self.call(row.target, "resize_pool", name, nodes)
         except ProviderError as exc:
             log.warning("resize %s: %s", name, exc.message)
             return
@@ -220,7 +258,7 @@ class Provisioner:
             )
             session.commit()
         try:
-            self.providers[row.target].delete_pool(name)
+            self.call(row.target, "delete_pool", name)
         except ProviderError as exc:
             log.warning("delete %s: %s; will try again", name, exc.message)
             return None

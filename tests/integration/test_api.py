@@ -93,6 +93,8 @@ def test_metrics_parse_as_prometheus_text(api_url: str) -> None:
         "burst_spend_micros",
         "burst_budget_used_ratio",
         "burst_decision_seconds",
+        "burst_provider_call_seconds",
+        "burst_budget_alerts",
     } <= set(families)
     spend = {s.labels["team"]: s.value for s in families["burst_spend_micros"].samples}
     assert spend["cms-ml"] > 0

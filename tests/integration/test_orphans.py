@@ -153,3 +153,41 @@ def test_a_row_whose_pool_vanished_is_closed_and_its_work_requeued(
         raise AssertionError("the pool should be gone")
     except PoolNotFound:
         pass
+
+
+def test_a_pool_that_never_becomes_ready_fails_and_its_offer_is_backed_off(
+    kube: Any, tmp_path: Path
+) -> None:
+    reconciler, sim, sessions, clock = setup(kube, tmp_path)
+    reconciler.provisioner.launch_timeouts["sim-aws"] = timedelta(seconds=30)
+    with sessions() as s:
+        reconciler.provisioner.create(
+            s,
+            CreatePool(
+                "slow-pool",
+                "sim-aws",
+                "demo-training",
+                OFFER,
+                1,
+                Money.of("3.06", "USD"),
+                "test",
+                Money.of("1", "USD"),
+            ),
+        )
+        clock.advance(timedelta(seconds=31))  # simulated GPU pools take minutes
+        reconciler.provisioner.refresh(s)
+        row = s.scalar(select(Pool).where(Pool.name == "slow-pool"))
+        assert (
+            row is not None
+            and row.state == "failed"
+            and "launch timeout" in (row.state_reason or "")
+        )
+    assert OFFER in reconciler.unavailable.current()
+    assert sim.list_pools("burst-demo") == []  # and it was let go
+    from prometheus_client import REGISTRY
+
+    timed = REGISTRY.get_sample_value(
+        "burst_provider_call_seconds_count",
+        {"target": "sim-aws", "operation": "create_pool", "outcome": "ok"},
+    )
+    assert timed is not None and timed >= 1

@@ -193,3 +193,17 @@ def test_shipped_catalog_size() -> None:
     clouds = {o.cloud for o in SHIPPED}
     assert clouds == {"aws", "gcp", "azure"}
     assert len(SHIPPED) > 2000
+
+
+def test_repeated_failures_back_an_offer_off_exponentially() -> None:
+    clock = FakeClock()
+    cache = catalog.UnavailableOffers(clock, ttl=timedelta(minutes=15), max_ttl=timedelta(hours=1))
+    key = _one("aws", "us-east-1", "p3.2xlarge").key
+    assert [cache.mark(key) for _ in range(4)] == [
+        timedelta(minutes=15),
+        timedelta(minutes=30),
+        timedelta(hours=1),
+        timedelta(hours=1),
+    ]
+    cache.succeeded(key)
+    assert cache.mark(key) == timedelta(minutes=15)  # a success forgets the history
