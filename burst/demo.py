@@ -381,9 +381,10 @@ def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
                     "ran": (annotations.get("burst.dev/placement") or "on-prem")
                     if (remote or local_runs)
                     else "not yet",
-                    "state": row.state
-                    if row
-                    else ("ran on-prem" if local_runs else "waiting on-prem"),
+                    # A job that ran here shows that, whatever burst once planned for it.
+                    "state": "ran on-prem"
+                    if local_runs and remote is None
+                    else (row.state if row else "waiting on-prem"),
                     "why": (row.state_reason if row else None)
                     or demo.skips.get(uid)
                     or "; ".join(e.message for e in events),
