@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from burst.config import Config, KubernetesAccess
 from burst.events import EventRecorder
 from burst.model import Plan
 from burst.money import Money
+from burst.provider import Provider
 from burst.provision import Provisioner
 from burst.reconciler import Reconciler
 from burst.replicate import KubeObjects, Replicator
@@ -66,6 +67,46 @@ def budget_limits(cfg: Config) -> list[ledger.BudgetLimit]:
             )
         )
     return out
+
+
+def reconciler_for(
+    cfg: Config,
+    offers: catalog.Catalog,
+    clock: Clock,
+    sessions: sessionmaker[Session],
+    observer: Observer,
+    onprem: Any,
+    remote_apis: Mapping[str, Any],
+    providers: Mapping[str, Provider],
+    *,
+    epoch: int = 1,
+    launch_factor: int = 3,
+) -> Reconciler:
+    """The reconcile pass and its collaborators, for `burst serve` and `burst demo` alike."""
+    assert cfg.service is not None
+    spec = cfg.service.spec
+    events = EventRecorder(onprem, clock)
+    local = KubeObjects(onprem)
+    return Reconciler(
+        config=cfg,
+        catalog=offers,
+        clock=clock,
+        sessions=sessions,
+        observer=observer,
+        local=local,
+        remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
+        provisioner=Provisioner(
+            providers,
+            clock,
+            UnavailableOffers(clock),
+            spec.installation_id,
+            epoch,
+            launch_timeouts={t.name: launch_factor * t.provisioning for t in spec.targets},
+        ),
+        replicator=Replicator(local, events, spec.installation_id),
+        syncer=Syncer(local, events, clock, spec.installation_id),
+        budgets=budget_limits(cfg),
+    )
 
 
 def take_epoch(sessions: sessionmaker[Session], identity: str, clock: Clock) -> int:
@@ -183,35 +224,20 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
     onprem = kube_client(spec.on_prem)
     remote_apis = {t.name: kube_client(t.kubernetes) for t in spec.targets}
     built = providers.build(cfg.service, offers, clock, kube_for=lambda t: remote_apis[t.name])
-    events = EventRecorder(onprem, clock)
-    local = KubeObjects(onprem)
     observer = Observer(
-        onprem, clock, events, label_prefix=spec.label_prefix, team_label=spec.team_label
+        onprem,
+        clock,
+        EventRecorder(onprem, clock),
+        label_prefix=spec.label_prefix,
+        team_label=spec.team_label,
     )
 
     def reconciler(epoch: int) -> Reconciler:
         if not observer.caches[0].synced.is_set():
             observer.start()
             observer.wait_synced()
-        return Reconciler(
-            config=cfg,
-            catalog=offers,
-            clock=clock,
-            sessions=sessions,
-            observer=observer,
-            local=local,
-            remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
-            provisioner=Provisioner(
-                built,
-                clock,
-                UnavailableOffers(clock),
-                spec.installation_id,
-                epoch,
-                launch_timeouts={t.name: 3 * t.provisioning for t in spec.targets},
-            ),
-            replicator=Replicator(local, events, spec.installation_id),
-            syncer=Syncer(local, events, clock, spec.installation_id),
-            budgets=budget_limits(cfg),
+        return reconciler_for(
+            cfg, offers, clock, sessions, observer, onprem, remote_apis, built, epoch=epoch
         )
 
     return Service(cfg, identity, clock, sessions, onprem, reconciler)

@@ -20,17 +20,14 @@ from typing import Any
 from sqlalchemy import func, select
 
 from burst import catalog, config, db, failpoints, report
-from burst.app import budget_limits
-from burst.catalog import UnavailableOffers
+from burst.app import reconciler_for
 from burst.clock import SystemClock
 from burst.events import EventRecorder
 from burst.money import Money
-from burst.provision import Provisioner
 from burst.reconciler import Reconciler
-from burst.replicate import KubeObjects, Replicator
+from burst.replicate import KubeObjects
 from burst.sandbox import Sandbox, gpu_node
 from burst.sandbox.resources import BY_KIND
-from burst.sync import Syncer
 from burst.tables import Dispatch, LedgerEntry, Pool, Workload
 from burst.watch import Observer
 from providers.sim import SimCloud, SimProvider, SimSettings
@@ -224,32 +221,20 @@ def run(
             )
             for t in cfg.service.spec.targets
         }
-        installation = cfg.service.spec.installation_id
         observer = Observer(api, clock, events, watch_timeout=30).start()
         observer.wait_synced()
-        budgets = budget_limits(cfg)
-
-        targets = cfg.service.spec.targets
 
         def fresh() -> Reconciler:
-            return Reconciler(
-                config=cfg,
-                catalog=shipped,
-                clock=clock,
-                sessions=sessions,
-                observer=observer,
-                local=local,
-                remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
-                provisioner=Provisioner(
-                    providers,
-                    clock,
-                    UnavailableOffers(clock),
-                    installation,
-                    launch_timeouts={t.name: 5 * t.provisioning for t in targets},
-                ),
-                replicator=Replicator(local, events, installation),
-                syncer=Syncer(local, events, clock, installation),
-                budgets=budgets,
+            return reconciler_for(
+                cfg,
+                shipped,
+                clock,
+                sessions,
+                observer,
+                api,
+                remote_apis,
+                providers,
+                launch_factor=5,
             )
 
         reconciler = fresh()
