@@ -30,6 +30,26 @@ TAG_POLICY = "burst.dev/policy"
 TAG_EPOCH = "burst.dev/epoch"
 TAG_TOKEN = "burst.dev/token"  # noqa: S105 (a tag name: the idempotency token, no secret)
 NODE_POOL_LABEL = "burst.dev/pool"
+
+# GCP labels and Azure tags allow no `/` in keys, so there `burst.dev/owner` is written `burst-owner`;
+# bills exported from those clouds carry the flat form too.
+FLAT_TAG_OWNER = "burst-owner"
+FLAT_TAG_POOL = "burst-pool"
+
+
+def flat_tag_key(key: str) -> str:
+    return key.replace("burst.dev/", "burst-")
+
+
+def is_flat_burst_key(key: str) -> bool:
+    return key.startswith("burst-")
+
+
+def unflat_tag_key(key: str) -> str:
+    """`burst-owner` back to `burst.dev/owner`; other keys as they are."""
+    return f"burst.dev/{key.removeprefix('burst-')}" if is_flat_burst_key(key) else key
+
+
 GPU_TAINT_KEY = "nvidia.com/gpu"
 
 PoolPhase = Literal["creating", "ready", "resizing", "deleting", "failed"]

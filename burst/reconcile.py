@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from burst.clock import Clock
 from burst.ledger import correct
 from burst.money import Money
+from burst.provider import FLAT_TAG_POOL
 from burst.tables import LedgerEntry
 
 Cloud = Literal["aws", "gcp", "azure"]
@@ -77,7 +78,7 @@ def parse_gcp(text: str, pool_names: Mapping[str, str] | None = None) -> list[Bi
     lines = []
     for row in csv.DictReader(io.StringIO(text)):
         labels = {item["key"]: item["value"] for item in json.loads(row.get("labels") or "[]")}
-        pool = labels.get("burst-pool")
+        pool = labels.get(FLAT_TAG_POOL)
         if pool is None and "goog-k8s-node-pool-name" in labels:
             pool = (pool_names or {}).get(
                 labels["goog-k8s-node-pool-name"], labels["goog-k8s-node-pool-name"]
@@ -100,7 +101,7 @@ def parse_azure(text: str) -> list[BillLine]:
         tags = json.loads(raw if raw.startswith("{") else "{" + raw + "}") if raw else {}
         lines.append(
             BillLine(
-                tags.get("burst-pool"),
+                tags.get(FLAT_TAG_POOL),
                 _hour(row["Date"]),
                 Money.of(
                     Decimal(row["CostInBillingCurrency"]).quantize(Decimal("0.000001")),

@@ -18,6 +18,8 @@ from typing import Any
 
 from burst.model import Offer
 from burst.provider import (
+    FLAT_TAG_OWNER,
+    FLAT_TAG_POOL,
     CapacityUnavailable,
     InvalidRequest,
     Pool,
@@ -29,10 +31,11 @@ from burst.provider import (
     QuotaExceeded,
     Throttled,
     TokenBucket,
+    flat_tag_key,
+    unflat_tag_key,
     with_retries,
 )
 
-TAG_OWNER, TAG_POOL = "burst-owner", "burst-pool"
 _PHASES: Mapping[str, PoolPhase] = {
     "Creating": "creating",
     "Succeeded": "ready",
@@ -66,7 +69,7 @@ def cloud_name(name: str) -> str:
 
 
 def azure_tags(tags: Mapping[str, str]) -> dict[str, str]:
-    return {key.replace("burst.dev/", "burst-"): value for key, value in tags.items()}
+    return {flat_tag_key(key): value for key, value in tags.items()}
 
 
 def to_agent_pool(spec: PoolSpec, token: str) -> dict[str, Any]:
@@ -100,12 +103,12 @@ def to_pool(agent_pool: Mapping[str, Any]) -> Pool:
     state = str(props.get("provisioningState") or "")
     priority = props.get("scaleSetPriority")
     return Pool(
-        name=tags.get(TAG_POOL, str(agent_pool.get("name", ""))),
+        name=tags.get(FLAT_TAG_POOL, str(agent_pool.get("name", ""))),
         phase=_PHASES.get(state, "creating" if not state else "failed"),
         nodes=int(props.get("count") or 0),
         instance_type=str(props.get("vmSize") or ""),
         capacity="spot" if priority == "Spot" else "on-demand",
-        tags={k.replace("burst-", "burst.dev/", 1): v for k, v in tags.items()},
+        tags={unflat_tag_key(k): v for k, v in tags.items()},
         external_id=str(agent_pool.get("id", "")),
         message=state,
     )
@@ -205,7 +208,7 @@ class AzureProvider:
     def _read(self, name: str, ours_only: bool = True) -> Mapping[str, Any]:
         found = self._call("get", self._group, self._cluster, cloud_name(name))
         data: dict[str, Any] = found.as_dict()
-        if ours_only and TAG_OWNER not in _tags(data):
+        if ours_only and FLAT_TAG_OWNER not in _tags(data):
             raise PoolNotFound(f"agent pool {name} is not burst's")
         return data
 
@@ -220,7 +223,7 @@ class AzureProvider:
         except PoolNotFound:
             existing = None
         if existing is not None:
-            if _tags(existing).get(TAG_OWNER) != spec.owner:
+            if _tags(existing).get(FLAT_TAG_OWNER) != spec.owner:
                 raise InvalidRequest(
                     f"an agent pool named {cloud_name(spec.name)} exists and is not burst's"
                 )
@@ -271,7 +274,7 @@ class AzureProvider:
         pools = []
         for found in self._call("list", self._group, self._cluster):
             data = found.as_dict()
-            if _tags(data).get(TAG_OWNER) == owner:
+            if _tags(data).get(FLAT_TAG_OWNER) == owner:
                 pools.append(to_pool(data))
         return sorted(pools, key=lambda p: p.name)
 

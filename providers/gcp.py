@@ -17,6 +17,8 @@ from typing import Any
 
 from burst.model import Offer
 from burst.provider import (
+    FLAT_TAG_OWNER,
+    FLAT_TAG_POOL,
     CapacityUnavailable,
     InvalidRequest,
     Pool,
@@ -28,6 +30,9 @@ from burst.provider import (
     QuotaExceeded,
     Throttled,
     TokenBucket,
+    flat_tag_key,
+    is_flat_burst_key,
+    unflat_tag_key,
     with_retries,
 )
 
@@ -44,7 +49,6 @@ ACCELERATOR_TYPES = {
     "H200": "nvidia-h200-141gb",
     "B200": "nvidia-b200",
 }
-LABEL_OWNER, LABEL_POOL = "burst-owner", "burst-pool"
 _EFFECTS = {"NoSchedule": 1, "PreferNoSchedule": 2, "NoExecute": 3}
 _PHASES: Mapping[int, PoolPhase] = {
     1: "creating",
@@ -80,9 +84,13 @@ def gce_labels(tags: Mapping[str, str]) -> dict[str, str]:
     """burst's tags as GCE resource labels: `burst.dev/owner` -> `burst-owner`, values cleaned."""
     out = {}
     for key, value in tags.items():
-        k = re.sub(r"[^a-z0-9_-]", "-", key.lower().replace("burst.dev/", "burst-"))[:63]
+        k = re.sub(r"[^a-z0-9_-]", "-", flat_tag_key(key.lower()))[:63]
         out[k] = re.sub(r"[^a-z0-9_-]", "-", value.lower())[:63]
     return out
+
+
+def _labels(node_pool: Mapping[str, Any]) -> dict[str, str]:
+    return dict((node_pool.get("config") or {}).get("resource_labels") or {})
 
 
 def to_node_pool(spec: PoolSpec, token: str) -> dict[str, Any]:
@@ -121,16 +129,12 @@ def to_node_pool(spec: PoolSpec, token: str) -> dict[str, Any]:
 def to_pool(node_pool: Mapping[str, Any]) -> Pool:
     """A NodePool (as a dict) as a Pool (pure)."""
     config = node_pool.get("config") or {}
-    labels = dict(config.get("resource_labels") or {})
+    labels = _labels(node_pool)
     status = node_pool.get("status", 0)
     code = _STATUS_NAMES.get(status, 0) if isinstance(status, str) else int(status)
-    tags = {
-        f"burst.dev/{k.removeprefix('burst-')}": v
-        for k, v in labels.items()
-        if k.startswith("burst-")
-    }
+    tags = {unflat_tag_key(k): v for k, v in labels.items() if is_flat_burst_key(k)}
     return Pool(
-        name=labels.get(LABEL_POOL, node_pool.get("name", "")),
+        name=labels.get(FLAT_TAG_POOL, node_pool.get("name", "")),
         phase=_PHASES.get(code, "failed"),
         nodes=int(node_pool.get("initial_node_count", 0)),
         instance_type=str(config.get("machine_type", "")),
@@ -244,9 +248,7 @@ class GcpProvider:
 
         found = self._call("get_node_pool", name=f"{self._parent}/nodePools/{cloud_name(name)}")
         data: Mapping[str, Any] = container_v1.NodePool.to_dict(found, use_integers_for_enums=True)
-        if ours_only and LABEL_OWNER not in (
-            (data.get("config") or {}).get("resource_labels") or {}
-        ):
+        if ours_only and FLAT_TAG_OWNER not in _labels(data):
             raise PoolNotFound(f"node pool {name} is not burst's")
         return data
 
@@ -265,7 +267,7 @@ class GcpProvider:
                 existing = self._read(spec.name, ours_only=False)
             except PoolNotFound:
                 raise exc from None
-            owner = ((existing.get("config") or {}).get("resource_labels") or {}).get(LABEL_OWNER)
+            owner = _labels(existing).get(FLAT_TAG_OWNER)
             if owner != gce_labels({"o": spec.owner})["o"]:
                 raise InvalidRequest(
                     f"a node pool named {cloud_name(spec.name)} exists and is not burst's"
@@ -305,6 +307,6 @@ class GcpProvider:
         pools = []
         for node_pool in answer.node_pools:
             data = container_v1.NodePool.to_dict(node_pool, use_integers_for_enums=True)
-            if ((data.get("config") or {}).get("resource_labels") or {}).get(LABEL_OWNER) == wanted:
+            if _labels(data).get(FLAT_TAG_OWNER) == wanted:
                 pools.append(to_pool(data))
         return sorted(pools, key=lambda p: p.name)
