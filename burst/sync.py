@@ -31,6 +31,14 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
+def _recorded_outcome(local: Mapping[str, Any]) -> Literal["succeeded", "failed"] | None:
+    """The outcome burst wrote onto the local workload when its remote copy finished, if any."""
+    for c in (local.get("status") or {}).get("conditions") or []:
+        if c.get("reason") == "BurstRemote" and c.get("status") == "True":
+            return "failed" if c.get("type") == "Failed" else "succeeded"
+    return None
+
+
 def remote_phase(remote: Mapping[str, Any] | None) -> Phase:
     if remote is None:
         return "missing"
@@ -62,6 +70,14 @@ def status_update(
     prefix: str = "burst.dev/",
 ) -> StatusUpdate:
     """What the local workload should show about its remote copy (pure)."""
+    recorded = _recorded_outcome(local) if remote is None else None
+    if recorded is not None:
+        # The outcome was recorded here and the remote copy deleted, but the database never heard
+        # (a crash, or a replaced leader, in between): finish from what the workload shows.
+        annotations = {f"{prefix}placement": placement, f"{prefix}remote-phase": recorded}
+        if cost is not None:
+            annotations[f"{prefix}cost"] = str(cost)
+        return StatusUpdate(annotations, None, recorded)
     phase = remote_phase(remote)
     annotations = {f"{prefix}placement": placement, f"{prefix}remote-phase": phase}
     if cost is not None:
@@ -159,7 +175,7 @@ class Syncer:
             )
         if update.event is not None:
             self.events.record(local, *update.event)
-        if update.finished is not None:
+        if update.local_status:
             # Record the outcome here first; only then may the remote copy go.
             self.local.patch(
                 local["kind"],

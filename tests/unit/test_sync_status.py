@@ -64,3 +64,15 @@ def test_failure_is_a_warning_and_a_failed_condition() -> None:
     assert update.finished == "failed"
     assert update.local_status["conditions"][0]["type"] == "Failed"
     assert update.event is not None and update.event[0] == "Warning"
+
+
+def test_an_outcome_recorded_before_the_remote_copy_went_finishes_the_workload() -> None:
+    # The remote copy was deleted after its outcome was written here, but the database never
+    # heard: the next pass finishes from what the workload shows, without saying it again.
+    for kind, phase in (("Complete", "succeeded"), ("Failed", "failed")):
+        done = status_update(LOCAL, remote(kind), "gcp/p", None, NOW)
+        recorded = {**LOCAL, "status": done.local_status}
+        again = status_update(recorded, None, "gcp/p", None, NOW)
+        assert again.finished == phase and again.event is None and not again.local_status
+    # A copy that is missing while nothing was recorded is not an outcome.
+    assert status_update(LOCAL, None, "gcp/p", None, NOW).finished is None
