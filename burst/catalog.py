@@ -406,6 +406,15 @@ class UnavailableOffers:
     def succeeded(self, key: OfferKey) -> None:
         self._failures.pop(key, None)
 
+    def failures(self, key: OfferKey) -> tuple[int, datetime | None]:
+        """How many failures in a row, and until when the offer is backed off."""
+        return self._failures.get(key, 0), self._until.get(key)
+
+    def restore(self, key: OfferKey, failures: int, until: datetime) -> None:
+        """Take back what an earlier process remembered (provision.py keeps it in the database)."""
+        self._failures[key] = max(failures, self._failures.get(key, 0))
+        self._until[key] = max(until, self._until.get(key, until))
+
     def is_unavailable(self, key: OfferKey) -> bool:
         until = self._until.get(key)
         return until is not None and self._clock.now() < until

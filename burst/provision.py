@@ -30,7 +30,7 @@ from burst.provider import (
     Provider,
     ProviderError,
 )
-from burst.tables import Pool, PoolEvent
+from burst.tables import OfferBackoff, Pool, PoolEvent
 
 log = logging.getLogger(__name__)
 LIVE = ("requested", "creating", "ready", "draining")
@@ -56,6 +56,17 @@ def _event(
         pool.state_reason = reason
 
 
+def _offer_columns(offer: OfferKey) -> dict[str, Any]:
+    return {
+        "cloud": offer.cloud,
+        "region": offer.region,
+        "instance_type": offer.instance_type,
+        "capacity": offer.capacity,
+        "accelerator": offer.accelerator,
+        "gpus": offer.gpus,
+    }
+
+
 class Provisioner:
     def __init__(
         self,
@@ -70,6 +81,7 @@ class Provisioner:
         self.installation, self.epoch = installation, epoch
         # Per target: how long a pool may take to be ready before it counts as failed.
         self.launch_timeouts = dict(launch_timeouts or {})
+        self._restored = False
 
     def call(self, target: str, operation: str, *args: Any) -> Any:
         """A provider call, timed and counted by outcome (ok, or the error's type)."""
@@ -151,7 +163,7 @@ class Provisioner:
         try:
             pool = self.call(row.target, "create_pool", self.spec(row), row.token)
         except CapacityUnavailable as exc:
-            self.unavailable.mark(self.spec(row).offer)
+            self._back_off(session, self.spec(row).offer)
             _event(session, row, "failed", 0, now, f"capacity: {exc.message}", self.epoch)
             session.commit()
             return
@@ -177,8 +189,40 @@ class Provisioner:
             row.ready_at = now
         session.commit()
 
+    def _back_off(self, session: Session, offer: OfferKey) -> None:
+        self.unavailable.mark(offer)
+        failures, until = self.unavailable.failures(offer)
+        assert until is not None
+        row = session.get(OfferBackoff, tuple(_offer_columns(offer).values()))
+        if row is None:
+            row = OfferBackoff(**_offer_columns(offer), failures=failures, until=until)
+            session.add(row)
+        row.failures, row.until = failures, until
+
+    def _recovered(self, session: Session, offer: OfferKey) -> None:
+        self.unavailable.succeeded(offer)
+        row = session.get(OfferBackoff, tuple(_offer_columns(offer).values()))
+        if row is not None:
+            session.delete(row)
+
+    def _restore_backoffs(self, session: Session) -> None:
+        """A new process (restarted, or newly elected) starts from the back-offs in the database."""
+        for row in session.scalars(select(OfferBackoff)):
+            key = OfferKey(
+                cast(Cloud, row.cloud),
+                row.region,
+                row.instance_type,
+                cast(CapacityType, row.capacity),
+                row.accelerator,
+                row.gpus,
+            )
+            self.unavailable.restore(key, row.failures, row.until)
+        self._restored = True
+
     def refresh(self, session: Session) -> None:
         """Follow creating and resizing pools to ready (or failed)."""
+        if not self._restored:
+            self._restore_backoffs(session)
         for row in session.scalars(
             select(Pool).where(Pool.state.in_(("requested", "creating")))
         ).all():
@@ -203,15 +247,15 @@ class Provisioner:
                 continue
             if pool.phase == "ready":
                 row.ready_at = self.clock.now()
-                self.unavailable.succeeded(self.spec(row).offer)
+                self._recovered(session, self.spec(row).offer)
                 _event(session, row, "ready", pool.nodes, self.clock.now(), None, self.epoch)
             elif pool.phase == "failed":
-                self.unavailable.mark(self.spec(row).offer)
+                self._back_off(session, self.spec(row).offer)
                 _event(session, row, "failed", 0, self.clock.now(), pool.message, self.epoch)
             elif self.clock.now() - row.created_at > self.launch_timeout(row):
                 # Never became ready: give up on it, back the offer off, and let the pool go.
                 waited = self.clock.now() - row.created_at
-                self.unavailable.mark(self.spec(row).offer)
+                self._back_off(session, self.spec(row).offer)
                 _event(
                     session,
                     row,

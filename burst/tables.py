@@ -275,3 +275,19 @@ class Leadership(Base):
     epoch: Mapped[int] = mapped_column(BigInteger)
     holder: Mapped[str] = mapped_column(String(253))
     acquired_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class OfferBackoff(Base):
+    """An offer that failed recently, and until when it is backed off: kept here so that a
+    restarted or newly elected replica does not retry a launch that just failed."""
+
+    __tablename__ = "offer_backoffs"
+
+    cloud: Mapped[str] = mapped_column(String(16), primary_key=True)
+    region: Mapped[str] = mapped_column(String(64), primary_key=True)
+    instance_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    capacity: Mapped[str] = mapped_column(String(16), primary_key=True)
+    accelerator: Mapped[str] = mapped_column(String(32), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer, primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    until: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -184,6 +184,14 @@ def test_a_pool_that_never_becomes_ready_fails_and_its_offer_is_backed_off(
         )
     assert OFFER in reconciler.unavailable.current()
     assert sim.list_pools("burst-demo") == []  # and it was let go
+    # A replica started after this (a restart, a new leader) starts from the same back-off.
+    successor = Provisioner({"sim-aws": sim}, clock, UnavailableOffers(clock), "burst-demo")
+    with sessions() as s:
+        successor.refresh(s)
+    assert successor.unavailable.failures(OFFER) == reconciler.unavailable.failures(OFFER)
+    assert OFFER in successor.unavailable.current()
+    clock.advance(timedelta(minutes=16))
+    assert OFFER not in successor.unavailable.current()  # the first back-off is 15 minutes
     from prometheus_client import REGISTRY
 
     timed = REGISTRY.get_sample_value(
