@@ -1,24 +1,16 @@
 """The composition root of `burst serve`: configuration, database, clusters, clouds and clock wired
-into a Reconciler, a scheduler that runs it, leader election, and the HTTP API.
-
-Only the leader mutates. On winning the Lease it increments the fencing epoch in the database;
-every reconcile pass first checks that the epoch is still its own, and a replica that loses the
-Lease (or finds a newer epoch) exits at once and lets Kubernetes restart it as a follower.
-Followers serve the read-only API.
+into a Reconciler, the Service that schedules it (service.py), leader election on a Lease, and
+the HTTP API. `burst demo` wires its embedded world through `reconciler_for` the same way.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import catalog, config, db, ledger
@@ -26,14 +18,13 @@ from burst.catalog import UnavailableOffers
 from burst.clock import Clock, SystemClock
 from burst.config import Config, KubernetesAccess
 from burst.events import EventRecorder
-from burst.model import Plan
 from burst.money import Money
 from burst.provider import Provider
 from burst.provision import Provisioner
 from burst.reconciler import Reconciler
 from burst.replicate import KubeObjects, Replicator
+from burst.service import Service
 from burst.sync import Syncer
-from burst.tables import Leadership
 from burst.watch import Observer
 
 log = logging.getLogger(__name__)
@@ -109,104 +100,6 @@ def reconciler_for(
     )
 
 
-def take_epoch(sessions: sessionmaker[Session], identity: str, clock: Clock) -> int:
-    """Become the writer: one more than any epoch before."""
-    with sessions.begin() as s:
-        row = s.get(Leadership, 1, with_for_update=True)
-        if row is None:
-            row = Leadership(id=1, epoch=0, holder=identity, acquired_at=clock.now())
-            s.add(row)
-        row.epoch, row.holder, row.acquired_at = row.epoch + 1, identity, clock.now()
-        return int(row.epoch)
-
-
-def current_epoch(sessions: sessionmaker[Session]) -> int:
-    with sessions() as s:
-        return int(s.scalar(select(Leadership.epoch).where(Leadership.id == 1)) or 0)
-
-
-@dataclass
-class Service:
-    cfg: Config
-    identity: str
-    clock: Clock
-    sessions: sessionmaker[Session]
-    onprem: Any
-    reconciler_factory: Callable[[int], Reconciler]
-    epoch: int = 0
-    last_plan: Plan | None = None
-    exit: Callable[[int], None] = os._exit
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def lead(self) -> None:
-        """Called when the Lease is won: take the epoch, then reconcile on a schedule."""
-        from apscheduler.schedulers.background import BackgroundScheduler
-
-        assert self.cfg.service is not None
-        self.epoch = take_epoch(self.sessions, self.identity, self.clock)
-        log.warning("%s leads with epoch %d", self.identity, self.epoch)
-        reconciler = self.reconciler_factory(self.epoch)
-        scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
-        intervals = self.cfg.service.spec.intervals
-        scheduler.add_job(
-            self._pass,
-            "interval",
-            args=[reconciler],
-            seconds=intervals.reconcile.total_seconds(),
-            id="reconcile",
-            next_run_time=self.clock.now(),
-        )
-        scheduler.add_job(
-            self._guarded,
-            "interval",
-            args=[reconciler.collect_orphans],
-            seconds=intervals.orphan_gc.total_seconds(),
-            id="orphan-gc",
-        )
-        scheduler.add_job(
-            self._guarded,
-            "interval",
-            args=[reconciler.refresh_prices],
-            seconds=intervals.price_refresh.total_seconds(),
-            id="price-refresh",
-            next_run_time=self.clock.now(),
-        )
-        scheduler.start()
-        # A burst of new pods is one plan: wake the reconcile job a moment after the watch saw changes.
-        threading.Thread(
-            target=self._wake_on_changes, args=[scheduler, reconciler], daemon=True
-        ).start()
-
-    def _wake_on_changes(
-        self, scheduler: Any, reconciler: Reconciler, batch_s: float = 1.5
-    ) -> None:
-        changed = reconciler.observer.changed
-        while True:
-            changed.wait()
-            time.sleep(batch_s)
-            changed.clear()
-            scheduler.modify_job("reconcile", next_run_time=self.clock.now())
-
-    def _guarded(self, work: Callable[[], Any]) -> None:
-        if current_epoch(self.sessions) != self.epoch:
-            self.exit(1)
-            return
-        for line in work() or []:
-            log.warning("%s", line)
-
-    def _pass(self, reconciler: Reconciler) -> None:
-        if current_epoch(self.sessions) != self.epoch:  # someone newer leads: stop writing at once
-            log.error("%s: epoch %d is no longer current; exiting", self.identity, self.epoch)
-            self.exit(1)
-            return
-        with self._lock:
-            self.last_plan = reconciler.run_once().plan
-
-    def lost(self) -> None:
-        log.error("%s lost the lease; exiting", self.identity)
-        self.exit(1)
-
-
 def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Service:
     """Everything `burst serve` needs, from the configuration folder."""
     import providers
@@ -236,8 +129,9 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
         if not observer.caches[0].synced.is_set():
             observer.start()
             observer.wait_synced()
+        fenced = db.fenced_sessions(engine, epoch)
         return reconciler_for(
-            cfg, offers, clock, sessions, observer, onprem, remote_apis, built, epoch=epoch
+            cfg, offers, clock, fenced, observer, onprem, remote_apis, built, epoch=epoch
         )
 
     return Service(cfg, identity, clock, sessions, onprem, reconciler)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,10 +25,11 @@ from burst.app import reconciler_for
 from burst.clock import SystemClock
 from burst.events import EventRecorder
 from burst.money import Money
-from burst.reconciler import Reconciler
+from burst.reconciler import PassReport, Reconciler
 from burst.replicate import KubeObjects
 from burst.sandbox import Sandbox, gpu_node
 from burst.sandbox.resources import BY_KIND
+from burst.service import take_epoch
 from burst.tables import Dispatch, LedgerEntry, Pool, Workload
 from burst.watch import Observer
 from providers.sim import SimCloud, SimProvider, SimSettings
@@ -164,6 +166,8 @@ class Demo:
     config: config.Config
     skips: dict[str, str] = field(default_factory=dict)  # uid -> the latest reason it was not burst
     crashes: int = 0
+    refused_commits: int = 0  # commits of a replaced leader, refused by the fencing epoch
+    successor: Reconciler | None = None
 
 
 def run(
@@ -174,11 +178,14 @@ def run(
     on_pass: Callable[[Demo, int], None] | None = None,
     quick: bool = False,
     crash_at: str | None = None,
+    failover_at: str | None = None,
 ) -> dict[str, Any]:
     """Run the demo; returns the summary (see `summarise`).
 
     `crash_at` arms a failpoint: the pass that reaches it dies as a killed process would, and a
     new Reconciler (nothing kept in memory) carries on from the database and the clusters.
+    `failover_at` arms one where a new leader takes the next epoch and carries on from there,
+    while the old one, not knowing yet, finishes its pass: its commits must be refused.
     """
     workdir.mkdir(parents=True, exist_ok=True)
     clock = SystemClock()
@@ -224,16 +231,18 @@ def run(
         observer = Observer(api, clock, events, watch_timeout=30).start()
         observer.wait_synced()
 
-        def fresh() -> Reconciler:
+        def fresh(identity: str = "demo") -> Reconciler:
+            epoch = take_epoch(sessions, identity, clock)
             return reconciler_for(
                 cfg,
                 shipped,
                 clock,
-                sessions,
+                db.fenced_sessions(engine, epoch),
                 observer,
                 api,
                 remote_apis,
                 providers,
+                epoch=epoch,
                 launch_factor=5,
             )
 
@@ -243,9 +252,16 @@ def run(
         )
         if crash_at:
             failpoints.arm(crash_at)
+        if failover_at:
+
+            def take_over() -> None:
+                demo.successor = fresh("demo-successor")
+
+            failpoints.arm(failover_at, then=take_over)
         started = time.monotonic()
         passes = 0
         while time.monotonic() - started < seconds:
+            outcome: PassReport | None
             try:
                 outcome = reconciler.run_once()
             except failpoints.Crash:
@@ -253,6 +269,14 @@ def run(
                 reconciler = demo.reconciler = (
                     fresh()
                 )  # a restarted process: only the database remains
+                continue
+            except db.Fenced:
+                demo.refused_commits += 1
+                outcome = None
+            if demo.successor is not None:  # the old leader is gone; the new one goes on
+                reconciler = demo.reconciler = demo.successor
+                demo.successor = None
+            if outcome is None:
                 continue
             for skip in outcome.plan.skips:
                 # Keep the first refusal of a wanted burst (the interesting "why"); else the latest.
@@ -332,6 +356,9 @@ def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
     twice = 0
     with demo.sessions() as s:
         rows = {w.uid: w for w in s.scalars(select(Workload))}
+        remote_runs = Counter(
+            s.scalars(select(Dispatch.workload_id).where(Dispatch.state == "done"))
+        )
         for ns, kind, name in demo.jobs:
             obj = demo.local.read(kind, ns, name) or {"metadata": {"uid": ""}}
             uid = obj["metadata"]["uid"]
@@ -351,7 +378,9 @@ def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
                 if row
                 else None
             )
-            twice += bool(local_runs and remote is not None)
+            twice += bool(local_runs and remote is not None) or bool(
+                row and remote_runs[row.id] > 1
+            )
             annotations = obj["metadata"].get("annotations") or {}
             events = [
                 e
@@ -386,11 +415,14 @@ def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
     left = sum(
         len(p.list_pools(demo.reconciler.provisioner.installation)) for p in demo.providers.values()
     )
+    worlds = {id(p.world): p.world for p in demo.providers.values()}  # the targets share one
     return {
         "seconds": round(elapsed, 1),
         "crashes": demo.crashes,
+        "refused_commits": demo.refused_commits,
         "jobs": jobs,
         "pools_created": len(pools),
+        "pools_created_in_clouds": sum(w.pools_created() for w in worlds.values()),
         "pools": [
             {
                 "name": p.name,

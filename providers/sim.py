@@ -113,6 +113,10 @@ class SimCloud:
             self._interrupt_at(pool.spec.offer, ready_at),
         )
 
+    def pools_created(self) -> int:
+        """Pools ever created (a repeated create with the same token is the same pool)."""
+        return len(self._pools)
+
     def nodes_in_use(self, offer: OfferKey) -> int:
         return sum(
             len(p.nodes) for p in self._pools.values() if p.spec.offer == offer and not p.deleted
