@@ -686,12 +686,30 @@ def demo_cmd(
             typer.echo(text, err=True)
 
     say("burst demo: an on-prem sandbox (8 V100, 4 T4), three simulated clouds, jobs arriving...")
+    if fmt == "json":
+        summary = demo.run(seconds=seconds, seed=seed, workdir=workdir)
+    else:
+        from rich.console import Console, Group
+        from rich.live import Live
+        from rich.table import Table
 
-    def progress(run: demo.Demo, passes: int) -> None:
-        if passes % 5 == 0:
-            say(f"  {passes} s: " + demo.status_line(run))
+        def view(run: demo.Demo, passes: int) -> Group:
+            jobs, pools = demo.board(run)
+            left = Table("job", "state", "where", title=f"workloads after {passes} passes")
+            for row in jobs:
+                left.add_row(*row)
+            right = Table("pool", "state", "nodes", title="pools")
+            for row in pools:
+                right.add_row(*row)
+            return Group(left, right)
 
-    summary = demo.run(seconds=seconds, seed=seed, workdir=workdir, on_pass=progress)
+        with Live(console=Console(stderr=True), auto_refresh=False) as live:
+            summary = demo.run(
+                seconds=seconds,
+                seed=seed,
+                workdir=workdir,
+                on_pass=lambda run, passes: live.update(view(run, passes), refresh=True),
+            )
     if fmt == "json":
         typer.echo(demo.to_json(summary))
         return

@@ -447,12 +447,35 @@ def to_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2)
 
 
-def status_line(demo: Demo) -> str:
+def board(demo: Demo) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """What the live view shows after a pass: (job, state, where) and (pool, state, nodes)."""
     with demo.sessions() as s:
-        states: dict[str, int] = {}
-        for w in s.scalars(select(Workload)):
-            states[w.state] = states.get(w.state, 0) + 1
-        pools: dict[str, int] = {}
-        for p in s.scalars(select(Pool)):
-            pools[p.state] = pools.get(p.state, 0) + 1
-    return f"workloads {states or '{}'}, pools {pools or '{}'}"
+        rows = {w.uid: w for w in s.scalars(select(Workload))}
+        where = {
+            d.workload_id: f"{d.target}/{pool.name}"
+            for d, pool in s.execute(
+                select(Dispatch, Pool)
+                .join(Pool, Pool.id == Dispatch.pool_id)
+                .where(Dispatch.state != "cancelled")
+            )
+        }
+        pools = [
+            (p.name, p.state, str(p.nodes_desired))
+            for p in s.scalars(select(Pool).order_by(Pool.id))
+        ]
+    jobs = []
+    for ns, kind, name in demo.jobs:
+        obj = demo.local.read(kind, ns, name)
+        row = rows.get(obj["metadata"]["uid"]) if obj else None
+        placed = where.get(row.id, "") if row else ""
+        status = (obj or {}).get("status") or {}
+        if placed:
+            state = row.state if row else ""
+        elif status.get("active"):
+            state = "running on-prem"
+        elif status.get("succeeded") or status.get("failed"):
+            state = "ran on-prem"
+        else:
+            state = row.state if row and row.state != "cancelled" else "waiting on-prem"
+        jobs.append((f"{ns}/{name}", state, placed))
+    return jobs, pools

@@ -45,6 +45,7 @@ from burst.watch import Observer
 
 log = logging.getLogger(__name__)
 ACTIVE = ("planned", "dispatched")
+CAPACITY_REPLANS = 3  # plans tried in one pass when clouds refuse pools for capacity
 
 
 @dataclass
@@ -93,7 +94,15 @@ class Reconciler:
             self._dispatch_ready(s, report)
             self._sync(s, report)
             report.plan = self._plan(s)
-            self._act(s, report.plan)
+            refused = self._act(s, report.plan)
+            # A pool refused for capacity backs its offer off at once; plan again in this pass,
+            # so its workloads go to the next-best offer now rather than a pass later.
+            for _ in range(CAPACITY_REPLANS):
+                if not refused:
+                    break
+                self._dispatch_ready(s, report)  # their dispatches go back to the queue
+                report.plan = self._plan(s)
+                refused = self._act(s, report.plan)
             return report
 
     def _dispatch_ready(self, s: Session, report: PassReport) -> None:
@@ -209,11 +218,14 @@ class Reconciler:
         with DECISION_SECONDS.time():
             return decide.plan(snapshot, self.catalog, self.config, now)
 
-    def _act(self, s: Session, plan: Plan) -> None:
+    def _act(self, s: Session, plan: Plan) -> list[str]:
+        """Carry the plan out; returns the pools the cloud refused at once."""
         by_uid = {w.uid: w for w in self.observer.workloads()}
+        refused = []
         for action in plan.actions:
             if isinstance(action, CreatePool):
-                self.provisioner.create(s, action)
+                if self.provisioner.create(s, action).state == "failed":
+                    refused.append(action.pool)
             elif isinstance(action, ResizePool):
                 self.provisioner.resize(s, action.pool, action.nodes)
             elif isinstance(action, Dispatch):
@@ -262,6 +274,7 @@ class Reconciler:
         # Planned dispatches are intents for the next pass, which replicates them: one commit for
         # all of them (a pass that dies before it loses only plans, and the next pass plans again).
         s.commit()
+        return refused
 
     def _policy_name(self, namespace: str, labels: Mapping[str, str]) -> str:
         from burst.config import selector_matches

@@ -18,7 +18,17 @@ POINTS = ("pool-created-in-cloud", "remote-created", "outcome-recorded", "pool-d
 
 @pytest.mark.parametrize("point", POINTS)
 def test_a_leader_replaced_mid_pass_does_nothing_twice(point: str, tmp_path: Path) -> None:
-    summary = demo.run(seconds=60, workdir=tmp_path, quick=True, failover_at=point)
+    boards = []  # what `burst demo` shows live, pass by pass, through the handover
+    summary = demo.run(
+        seconds=60,
+        workdir=tmp_path,
+        quick=True,
+        failover_at=point,
+        on_pass=lambda run, _: boards.append(demo.board(run)),
+    )
+    shown = {(job, state, where) for jobs, _ in boards for job, state, where in jobs}
+    assert any(job == "cms-ml/tight-0" and where.startswith("sim-") for job, _, where in shown)
+    assert {state for _, pools in boards for _, state, _ in pools} >= {"ready", "deleted"}
     assert summary["refused_commits"] >= 1, "the old leader was never fenced"
     jobs = {j["job"]: j for j in summary["jobs"]}
     for name in ("cms-ml/tight-0", "cms-ml/tight-1"):

@@ -1,0 +1,74 @@
+"""One reconcile pass against a sandbox cluster and a simulated cloud: a pool the cloud refuses for
+capacity sends its workload to the next-best offer in the same pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from burst import catalog, config, db
+from burst.app import reconciler_for
+from burst.clock import FakeClock
+from burst.demo import _job
+from burst.model import OfferKey
+from burst.replicate import KubeObjects
+from burst.tables import Dispatch, Pool
+from burst.watch import Observer
+from providers.sim import SimCloud, SimProvider, SimSettings
+from tests.conftest import ROOT, wait_for
+
+SHIPPED = catalog.shipped()
+CFG = config.load(
+    [ROOT / "burst" / "data" / "demo" / "config.yaml"],
+    config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()),
+)
+
+
+def one_pass(kube: Any, tmp_path: Path, settings: SimSettings) -> list[tuple[str, str, OfferKey]]:
+    """Run one pass; returns the pools it asked for: (state, reason, offer)."""
+    clock = FakeClock()
+    world = SimCloud(clock, settings=settings)
+    assert CFG.service is not None
+    providers = {
+        t.name: SimProvider(
+            world, target=t.name, cloud=t.cloud, region=t.region, offers=lambda: list(SHIPPED)
+        )
+        for t in CFG.service.spec.targets
+    }
+    tmp_path.mkdir()
+    engine = db.make_engine(f"sqlite:///{tmp_path / 'burst.db'}")
+    db.upgrade(engine)
+    observer = Observer(kube, clock).start()
+    try:
+        observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        reconciler = reconciler_for(
+            CFG, SHIPPED, clock, db.sessions(engine), observer, kube, {}, providers
+        )
+        reconciler.run_once()
+        with db.sessions(engine)() as s:
+            pools = list(s.scalars(select(Pool).order_by(Pool.id)))
+            planned = s.scalars(select(Dispatch).where(Dispatch.state == "planned")).all()
+            assert [d.pool_id for d in planned] == [pools[-1].id]  # the job waits on the last
+            return [
+                (p.state, p.state_reason or "", reconciler.provisioner.spec(p).offer) for p in pools
+            ]
+    finally:
+        observer.stop()
+        engine.dispose()
+
+
+def test_a_capacity_refusal_is_followed_by_the_next_best_offer_in_the_same_pass(
+    kube: Any, tmp_path: Path
+) -> None:
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.batch.create_namespaced_job(
+        "cms-ml", _job("needs-a-cloud", 2, deadline="1h"), _preload_content=False
+    )
+    ((_, _, cheapest),) = one_pass(kube, tmp_path / "free", SimSettings())
+    refused, chosen = one_pass(kube, tmp_path / "short", SimSettings(capacity={cheapest: 0}))
+    assert refused[0] == "failed" and "capacity" in refused[1] and refused[2] == cheapest
+    assert chosen[0] in ("requested", "creating") and chosen[2] != cheapest
