@@ -18,7 +18,6 @@ from burst.catalog import UnavailableOffers
 from burst.clock import Clock, SystemClock
 from burst.config import Config, KubernetesAccess
 from burst.events import EventRecorder
-from burst.money import Money
 from burst.provider import Provider
 from burst.provision import Provisioner
 from burst.reconciler import Reconciler
@@ -40,24 +39,6 @@ def kube_client(access: KubernetesAccess) -> Any:
         kube_config.load_incluster_config(client_configuration=configuration)
         return client.ApiClient(configuration)
     return kube_config.new_client_from_config(config_file=access.kubeconfig, context=access.context)
-
-
-def budget_limits(cfg: Config) -> list[ledger.BudgetLimit]:
-    out = []
-    for name, b in sorted(cfg.budgets.items()):
-        scope = b.spec.scope
-        kind: ledger.ScopeKind = "team" if scope.team else "policy" if scope.policy else "namespace"
-        out.append(
-            ledger.BudgetLimit(
-                name,
-                kind,
-                scope.team or scope.policy or scope.namespace or "",
-                Money.of(b.spec.amount, b.spec.currency),
-                b.spec.period,
-                b.spec.enforcement == "hard",
-            )
-        )
-    return out
 
 
 def reconciler_for(
@@ -96,7 +77,7 @@ def reconciler_for(
         ),
         replicator=Replicator(local, events, spec.installation_id),
         syncer=Syncer(local, events, clock, spec.installation_id),
-        budgets=budget_limits(cfg),
+        budgets=ledger.budget_limits(cfg),
     )
 
 
@@ -152,7 +133,7 @@ def run(service: Service, *, host: str | None = None, port: int | None = None) -
     app = create_app(
         service.sessions,
         token=token,
-        budgets=budget_limits(service.cfg),
+        budgets=ledger.budget_limits(service.cfg),
         rates=dict(spec.usd_exchange_rates),
         last_plan=lambda: service.last_plan,
         now=service.clock.now,

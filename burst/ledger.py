@@ -22,6 +22,7 @@ from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, text
 from sqlalchemy.orm import Session
 
 from burst.clock import Clock
+from burst.config import Config
 from burst.meter import Charge
 from burst.metrics import BUDGET_ALERTS
 from burst.money import CurrencyError, Money
@@ -215,6 +216,25 @@ class BudgetLimit:
     amount: Money
     period: Period
     hard: bool = True
+
+
+def budget_limits(cfg: Config) -> list[BudgetLimit]:
+    """The configured Budgets as the ledger checks them."""
+    out = []
+    for name, b in sorted(cfg.budgets.items()):
+        scope = b.spec.scope
+        kind: ScopeKind = "team" if scope.team else "policy" if scope.policy else "namespace"
+        out.append(
+            BudgetLimit(
+                name,
+                kind,
+                scope.team or scope.policy or scope.namespace or "",
+                Money.of(b.spec.amount, b.spec.currency),
+                b.spec.period,
+                b.spec.enforcement == "hard",
+            )
+        )
+    return out
 
 
 def used(
