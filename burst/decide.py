@@ -27,6 +27,7 @@ Every pending burstable workload ends with an action or a Skip that says why, in
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -72,10 +73,14 @@ class PlanError(ValueError):
 
 
 def _at(t: datetime | None, now: datetime) -> str:
-    if t is None:
-        return "never"
+    return "never" if t is None else _clock_text(t, t.date() == now.date())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _clock_text(t: datetime, today: bool) -> str:
+    # Cached: every plan words a reason for every pending workload, mostly with the same times.
     clock = "%H:%M:%S" if t.second else "%H:%M"
-    return t.strftime(clock) if t.date() == now.date() else t.strftime(f"%Y-%m-%d {clock}")
+    return t.strftime(clock) if today else t.strftime(f"%Y-%m-%d {clock}")
 
 
 def _usd(micros: int) -> Money:

@@ -6,6 +6,7 @@ step; both need the same grammar and the same error text.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import timedelta
 
@@ -37,6 +38,7 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+@functools.lru_cache(maxsize=1024)
 def format_duration(delta: timedelta) -> str:
     """The shortest text parse_duration reads back as `delta` (whole seconds)."""
     seconds = int(delta.total_seconds())

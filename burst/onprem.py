@@ -51,7 +51,9 @@ class QueueSweep:
             if p is None:
                 continue
             p.free -= r.gpus
-            heapq.heappush(p.releases, (max(r.expected_end, now), r.gpus))
+            p.releases.append((max(r.expected_end, now), r.gpus))
+        for p in self._products.values():
+            heapq.heapify(p.releases)  # linear, where a push per running workload is not
         # Where a workload that asks for no particular GPU product waits: the largest product.
         self._default = max(
             sorted(self._products), key=lambda k: self._products[k].capacity, default=None

@@ -3,8 +3,10 @@ simulated clouds, and measure what it costs and how long jobs take.
 
 `burst simulate` reads a trace (trace.py); `World.run(policy)` replays it here as a discrete-event
 simulation. The on-prem cluster is strict FIFO per GPU product, the queue onprem.py estimates. A
-policy is asked what to do at decision ticks (on the ServiceConfig's reconcile interval, after
-something it cares about changed, or when a timer it asked for is due) and answers with the actions
+policy is asked what to do at decision ticks, on the ServiceConfig's reconcile interval, after
+a change that can call for a decision: a job that has to queue arrives, a launch fails, a node is
+lost, a pool has been idle for its TTL, or a timer the policy asked for is due. (Jobs ending, on-prem
+or in a cloud, and nodes coming up do not: with exact runtimes they only make estimates better.) and answers with the actions
 of model.py: `Burst` builds the Snapshot the service would and calls the same `decide.plan`; the
 baselines (baselines.py) answer with the same action types. Clouds behave like providers/sim.py:
 log-normal provisioning latency per cloud, launches refused for capacity (the offer is backed off
@@ -35,6 +37,7 @@ from burst.model import (
     Action,
     BudgetView,
     CancelDispatch,
+    Cloud,
     CreatePool,
     DeletePool,
     Dispatch,
@@ -48,7 +51,7 @@ from burst.model import (
 )
 from burst.money import Money
 from burst.trace import SimJob
-from providers.sim import LATENCY
+from providers.sim import LATENCY, Latency
 
 START = datetime(2026, 1, 5, tzinfo=UTC)  # virtual time 0, a Monday: budget weeks line up
 CAPACITY_REPLANS = 3
@@ -61,6 +64,13 @@ class CloudModel:
     shortage: float = 0.02  # chance that a cloud refuses a pool for capacity
     launch_failure: float = 0.01  # chance that a launched pool never becomes ready
     spot_interruptions_per_hour: float = 0.05  # per spot node
+    # The remote cluster's autoscaler removes a node that has been empty this long (the
+    # cluster-autoscaler default); burst sets a pool's size, the autoscaler trims it.
+    scale_down_after_s: float = 600.0
+    latency: Mapping[Cloud, Latency] = field(default_factory=lambda: dict(LATENCY))
+
+
+DEFAULT_CLOUDS = CloudModel()
 
 
 @dataclass
@@ -85,6 +95,7 @@ class Node:
     free: int
     ended: float | None = None
     used_gpu_s: float = 0.0
+    empty_since: float | None = None  # up and running nothing since then
     jobs: set[int] = field(default_factory=set)
 
 
@@ -182,7 +193,7 @@ class World:
         catalog: Catalog,
         *,
         seed: int = 1,
-        clouds: CloudModel = CloudModel(),
+        clouds: CloudModel = DEFAULT_CLOUDS,
     ) -> None:
         assert config.service is not None
         self.config, self.catalog, self.clouds = config, catalog, clouds
@@ -258,6 +269,10 @@ class World:
             elif kind == "launch-failed":
                 assert isinstance(payload, int)
                 self._launch_failed(self.pool_list[payload])
+            elif kind == "scale-down":
+                assert isinstance(payload, str)
+                pool_id, k = payload.split("#")
+                self._scale_down(self.pool_list[int(pool_id)], int(k))
             elif kind == "interrupt":
                 assert isinstance(payload, str)
                 pool_id, k = payload.split("#")
@@ -376,7 +391,7 @@ class World:
         return True
 
     def _boot(self, pool: Pool, count: int) -> None:
-        delay = LATENCY[pool.offer.cloud].sample(self.rng)
+        delay = self.clouds.latency[pool.offer.cloud].sample(self.rng)
         fails = pool.state == "requested" and self.rng.random() < self.clouds.launch_failure
         for _ in range(count):
             gpus = pool.offer.gpus
@@ -406,9 +421,22 @@ class World:
                     lost = self.now + self.rng.expovariate(rate) * 3600
                     self._at(lost, "interrupt", f"{pool.id}#{k}")
         self._start_planned(pool)
+        for k, node in enumerate(pool.nodes):
+            if node.ended is None and node.ready_at == self.now and not node.jobs:
+                node.empty_since = self.now
+                self._at(self.now + self.clouds.scale_down_after_s, "scale-down", f"{pool.id}#{k}")
         if pool.idle_since is not None:
             self._idle_timer(pool)
-        self.decide_at(self.now)
+
+    def _scale_down(self, pool: Pool, k: int) -> None:
+        node = pool.nodes[k]
+        if (
+            node.ended is None
+            and node.empty_since is not None
+            and self.now - node.empty_since >= self.clouds.scale_down_after_s
+            and not pool.planned
+        ):
+            self._end_node(pool, node)
 
     def _launch_failed(self, pool: Pool) -> None:
         if pool.state != "requested":
@@ -451,6 +479,7 @@ class World:
             for k in spots:
                 pool.nodes[k].free -= job.spec.gpus_per_pod
                 pool.nodes[k].jobs.add(i)
+                pool.nodes[k].empty_since = None
             self._hold(i, pool)
             self._at(self.now + job.spec.duration, "cloud-end", f"{i}#{job.restarts}")
 
@@ -463,7 +492,6 @@ class World:
         self._release(pool, i)
         job.state, job.finished, job.ran_in_cloud = "done", self.now, True
         self._charge(i, pool)
-        self.decide_at(self.now)
 
     def _release(self, pool: Pool, i: int) -> None:
         job = self.jobs[i]
@@ -472,6 +500,9 @@ class World:
             node.free += job.spec.gpus_per_pod
             node.jobs.discard(i)
             node.used_gpu_s += job.spec.gpus_per_pod * (self.now - job.run_start)
+            if not node.jobs:
+                node.empty_since = self.now
+                self._at(self.now + self.clouds.scale_down_after_s, "scale-down", f"{pool.id}#{k}")
         job.nodes, job.pool = [], None
         if not pool.planned and not any(n.jobs for n in pool.live()):
             pool.idle_since = self.now

@@ -13,9 +13,9 @@ deadlines, teams or GPU types, so this module derives them by documented, seeded
 - **Pods**: jobs of up to 8 GPUs are one pod; larger ones are split into pods of at most 8 GPUs
   (a 128-GPU Philly job is 16 pods of 8), as distributed training jobs are.
 - Fractional GPU pods (Alibaba's `gpu_milli < 1000`) are rounded up to one whole GPU.
-- **On-prem capacity**, when not given: 1.25 x the trace's mean GPU demand (GPU-seconds over the
-  submit span), rounded up to whole 8-GPU nodes; enough on average, too little in the bursts of
-  arrivals, so the queue overflows now and then.
+- **On-prem capacity**, when not given: 0.8 x the trace's mean GPU demand (GPU-seconds over the
+  submit span), rounded up to whole 8-GPU nodes (and never smaller than the largest job): less than
+  the offered load, so that without bursting the queue grows, and bursting has real work to do.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 NODE_GPUS = 8  # GPUs per on-prem node and most per pod
 DEFAULT_SLACK = "uniform:1.5:4"
-ONPREM_FACTOR = 1.25
+ONPREM_FACTOR = 0.8
 
 
 class TraceError(ValueError):

@@ -1,0 +1,113 @@
+"""simulate.py: the replay, on small cases worked out by hand, and its determinism."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from burst import baselines, catalog, config, simulate
+from burst.model import CLOUDS
+from burst.trace import SimJob
+from providers.sim import Latency
+from tests.conftest import ROOT
+
+SHIPPED = catalog.shipped()
+CFG = config.load([ROOT / "config"], config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()))
+assert CFG.service is not None
+OFFERS = SHIPPED.with_overrides(CFG.service.spec.catalog)
+POLICY = simulate.policy_of(CFG)
+# Clouds that answer in exactly five minutes and never fail: figures a reader can check.
+STEADY = simulate.CloudModel(
+    shortage=0,
+    launch_failure=0,
+    spot_interruptions_per_hour=0,
+    latency={c: Latency(median_s=300, sigma=0, cap_s=3600) for c in CLOUDS},
+)
+
+
+def job(name: str, submit: int, duration: int, gpus: int, deadline: int) -> SimJob:
+    return SimJob(name, submit, duration, gpus, 1, gpus, deadline, "cms-ml")
+
+
+def replay(policy: simulate.Policy, jobs: list[SimJob], clouds: simulate.CloudModel = STEADY):
+    world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=clouds)
+    return world, world.run(policy)
+
+
+def test_never_is_strict_fifo_on_prem() -> None:
+    _, out = replay(baselines.Never(), [job("a", 0, 100, 8, 1000), job("b", 10, 50, 4, 1000)])
+    # a runs 0-100 on all 8 GPUs; b waits for it and runs 100-150.
+    assert (out.mean_jct_s, out.mean_queue_s, out.deadlines_met) == (120, 45, 1.0)
+    assert out.onprem_utilisation == pytest.approx((8 * 100 + 4 * 50) / (8 * 150))
+    assert out.cost_usd_micros == 0 and out.pools_created == 0
+
+
+def test_no_wait_bursts_at_the_next_tick_and_the_node_goes_when_empty() -> None:
+    world, out = replay(
+        baselines.no_wait(CFG, POLICY, OFFERS),
+        [job("a", 0, 1000, 8, 10_000), job("b", 10, 50, 4, 10_000)],
+    )
+    # a holds on-prem until 1000. b queues at 10; the tick at 30 asks for a node, up at 330; b runs 330-380; the empty node
+    # is scaled down 600 s later, at 980: 950 s billed.
+    (pool,) = world.pool_list
+    regions = {("aws", "eu-central-1"), ("gcp", "europe-west4"), ("azure", "eastus")}
+    cheapest = min(
+        (
+            o
+            for o in OFFERS
+            if o.capacity == "on-demand"
+            and o.gpus >= 4
+            and (o.cloud, o.region) in regions
+            and o.accelerator in {"V100", "V100-32GB", "A10G", "L4", "A100", "T4", "A100-80GB"}
+            and o.hourly.micros <= 50_000_000
+        ),
+        key=lambda o: o.hourly.micros,
+    )
+    assert pool.offer == cheapest.key
+    hourly = cheapest.hourly.micros
+    assert out.cost_usd_micros == hourly * 950 // 3600
+    assert out.overhead_usd_micros == hourly * 300 // 3600
+    gpus = cheapest.gpus
+    assert out.idle_usd_micros == int(hourly * (gpus * 650 - 4 * 50) / (3600 * gpus))
+    b = world.jobs[1]
+    assert (b.started, b.finished, b.ran_in_cloud) == (330, 380, True)
+    assert out.burst_jobs == 1 and out.deadlines_met == 1.0
+
+
+def test_burst_sends_the_tight_job_and_keeps_the_loose_one() -> None:
+    hog = job("hog", 0, 4 * 3600, 8, 10**6)  # on-prem is full for 4 h (< the 6 h max wait)
+    tight = job("tight", 10, 600, 1, 10 + 600 + 3000)
+    loose = job("loose", 20, 600, 1, 100_000)
+    world, out = replay(simulate.Burst(CFG), [hog, tight, loose])
+    ran = {j.spec.job_id: j.ran_in_cloud for j in world.jobs}
+    assert ran == {"hog": False, "tight": True, "loose": False}
+    assert out.deadlines_met == 1.0 and out.cost_usd_micros > 0
+    assert world.jobs[2].started == 4 * 3600  # the loose job waited for on-prem
+
+
+def test_the_same_seed_gives_the_same_result() -> None:
+    rng = random.Random(3)
+    jobs = sorted(
+        (
+            job(str(i), t, d, g, t + 3 * d + 2400)
+            for i in range(300)
+            for t, d, g in [
+                (rng.randint(0, 40_000), rng.randint(60, 7200), rng.choice((1, 2, 4, 8)))
+            ]
+        ),
+        key=lambda j: (j.submit, j.job_id),
+    )
+    clouds = simulate.CloudModel(shortage=0.2, launch_failure=0.1, spot_interruptions_per_hour=1)
+    first = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=5, clouds=clouds).run(
+        simulate.Burst(CFG)
+    )
+    again = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=5, clouds=clouds).run(
+        simulate.Burst(CFG)
+    )
+    other = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=6, clouds=clouds).run(
+        simulate.Burst(CFG)
+    )
+    assert first == again
+    assert first != other
+    assert first.burst_jobs > 0 and first.unfinished == 0
