@@ -801,9 +801,12 @@ def simulate_cmd(
     except (trace.TraceError, ValueError) as exc:
         raise _fail(str(exc)) from None
     spec = cfg.service.spec
-    allowance = 2 * int(max(t.provisioning.total_seconds() for t in spec.targets))
     jobs = trace.derive(
-        raw, teams=policy.spec.selector.namespaces, allowance_s=allowance, slack=slack, seed=seed
+        raw,
+        teams=policy.spec.selector.namespaces,
+        allowance_s=simulate.deadline_allowance(cfg, policy),
+        slack=slack,
+        seed=seed,
     )
     offers = catalog.shipped().with_overrides(spec.catalog)
     from rich.console import Console

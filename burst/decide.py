@@ -31,6 +31,7 @@ import functools
 import hashlib
 import math
 import re
+import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -130,6 +131,10 @@ class _Candidate:
 
 
 _Shape = dict[CapacityType, dict[str, list[_Candidate]]]
+_Seen = tuple[BurstPolicy, object, "_Rates", _Shape]
+_CANDIDATES: weakref.WeakKeyDictionary[Catalog, dict[tuple[object, ...], _Seen]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _pods_per_node(offer: Offer, w: Workload) -> int:
@@ -275,6 +280,7 @@ class _Planner:
             raise PlanError("planning needs the ServiceConfig (targets, exchange rates)")
         self.snapshot, self.catalog, self.now = snapshot, catalog, now
         self.targets = {t.name: t for t in config.service.spec.targets}
+        self.config_targets = config.service.spec.targets
         self.rates = _Rates(config.service.spec.usd_exchange_rates)
         self.policies = [config.policies[name] for name in sorted(config.policies)]
         self.budgets = _Budgets(snapshot.budgets, self.rates)
@@ -317,6 +323,8 @@ class _Planner:
                 self.deleting.add(pv.name)
                 self.actions.append(DeletePool(pv.name, why))
                 continue
+            if policy and self.now - pv.created >= policy.spec.teardown.max_lifetime:
+                continue  # draining: past its lifetime it takes no new work, and goes once idle
             target = self.targets.get(pv.target)
             offer = self.catalog.get(pv.offer)
             hourly = pv.hourly.micros if pv.hourly else (offer.hourly.micros if offer else None)
@@ -344,8 +352,8 @@ class _Planner:
         if policy is None:
             return f"policy {pv.policy} no longer exists" if pv.idle_since else None
         lifetime = policy.spec.teardown.max_lifetime
-        if self.now - pv.created >= lifetime:
-            return f"max lifetime {format_duration(lifetime)} reached"
+        if self.now - pv.created >= lifetime and pv.idle_since is not None:
+            return f"max lifetime {format_duration(lifetime)} reached, and nothing runs on it"
         ttl = policy.spec.teardown.idle_ttl
         if pv.idle_since is not None and self.now - pv.idle_since >= ttl:
             idle = format_duration(self.now - pv.idle_since)
@@ -375,6 +383,18 @@ class _Planner:
         cached = self.shapes.get(key)
         if cached is not None:
             return cached
+        # Across plans too: the candidates depend only on the catalog, the policy, the targets
+        # and the rates, which a service or a simulation keeps for thousands of plans.
+        across = _CANDIDATES.setdefault(self.catalog, {})
+        seen = across.get(key)
+        if (
+            seen is not None
+            and seen[0] is p
+            and seen[1] is self.config_targets
+            and seen[2] == self.rates
+        ):
+            self.shapes[key] = seen[3]
+            return seen[3]
         spec = p.spec
         cap_usd = (
             self.rates.to_usd(Money.of(spec.limits.max_hourly_price, spec.limits.currency))
@@ -405,6 +425,7 @@ class _Planner:
             for cands in lists.values():
                 cands.sort(key=lambda c: (c.offer.hourly.micros * c.nodes, str(c.offer.key)))
         self.shapes[key] = found
+        across[key] = (p, self.config_targets, self.rates, found)
         return found
 
     # -- placement --
@@ -574,12 +595,18 @@ class _Planner:
         w, p = want.w, want.policy
         wanted = "/".join(allowed_accelerators(p, w.accelerator, self.catalog))
         shape = f"{w.pods}x{w.gpus_per_pod} {wanted}"
-        considered = [c for cap in capacities for cands in by_capacity[cap].values() for c in cands]
-        if not considered:
+        targets = [
+            self.targets[name]
+            for cap in capacities
+            for name, cands in by_capacity[cap].items()
+            if cands
+        ]
+        if not targets:
             return f"no offer with {shape} in the allowed targets within the policy's caps"
+        considered = (c for cap in capacities for cands in by_capacity[cap].values() for c in cands)
         if all(c.offer.key in self.unavailable for c in considered):
             return f"every offer with {shape} is out of capacity for now"
-        fastest = min(c.target.provisioning for c in considered)
+        fastest = min(t.provisioning for t in targets)
         finish = self.now + fastest + want.runtime
         return (
             f"no cloud offer meets the deadline {_at(w.deadline, self.now)}: "

@@ -204,9 +204,10 @@ class World:
         self.free = dict(onprem)
         # Trace jobs ask for no GPU product: they queue for the largest one (as onprem.py assumes).
         self.product = max(sorted(onprem), key=lambda p: onprem[p])
-        self.jobs = [Job(j) for j in jobs]
+        self.jobs = [Job(j) for j in sorted(jobs, key=lambda j: (j.submit, j.job_id))]
         self.queue: list[tuple[int, int]] = []  # heap of (submit, index): strict FIFO
         self.never_fits: set[int] = set()  # too big for on-prem: only a cloud can run them
+        self.waiting: set[int] = set()  # every queued job (index order is submit order)
         self.running: dict[int, RunningWorkload] = {}  # on-prem, by job index
         self.pools: dict[str, Pool] = {}  # live ones, by name
         self.pool_list: list[Pool] = []  # every pool ever made, by id
@@ -219,6 +220,7 @@ class World:
         self.budgets = ledger.budget_limits(config)
         self.budget_used: dict[tuple[str, datetime], int] = {}  # USD micros per period
         self.budget_held: dict[int, int] = {}  # USD micros reserved per job in a cloud
+        self._held: dict[str, int] = {}  # and per budget
         # the bill and the counts
         self.cost = self.overhead = self.idle = 0
         self.by_provider: dict[str, int] = {}
@@ -290,6 +292,7 @@ class World:
 
     def _arrive(self, i: int, policy: Policy) -> None:
         job = self.jobs[i]
+        self.waiting.add(i)
         if job.spec.gpus > self.capacity[self.product]:
             self.never_fits.add(i)
         else:
@@ -315,6 +318,7 @@ class World:
             if job.planned_pool is not None:  # it started here before its pool was ready
                 self._unplan(i)
             job.state, job.started = "onprem", self.now
+            self.waiting.discard(i)
             end = self.now + job.spec.duration
             self.running[i] = RunningWorkload(str(i), self.product, job.spec.gpus, self.dt(end))
             self._at(end, "onprem-end", i)
@@ -329,13 +333,13 @@ class World:
 
     def queued(self) -> list[int]:
         """Jobs still waiting, in queue order (those too big for on-prem last)."""
-        waiting = sorted(i for _, i in self.queue if self.jobs[i].state == "queued")
-        waiting.sort(key=lambda i: self.jobs[i].spec.submit)
-        return waiting + sorted(i for i in self.never_fits if self.jobs[i].state == "queued")
+        fits = sorted(i for i in self.waiting if i not in self.never_fits)
+        return fits + sorted(self.waiting & self.never_fits)
 
     def _requeue(self, i: int) -> None:
         job = self.jobs[i]
         job.state = "queued"
+        self.waiting.add(i)
         if i in self.never_fits:
             return
         heapq.heappush(self.queue, (job.spec.submit, i))
@@ -473,6 +477,7 @@ class World:
             pool.planned.discard(i)
             job.planned_pool = None
             job.state, job.pool, job.nodes = "cloud", pool, spots
+            self.waiting.discard(i)
             job.run_start = self.now
             if job.started is None:
                 job.started = self.now
@@ -525,7 +530,7 @@ class World:
         victims = sorted({i for n in nodes for i in n.jobs})
         for i in victims:
             self._release(pool, i)
-            self.budget_held.pop(i, None)
+            self._unhold(i, pool)
             self.jobs[i].restarts += 1
         for node in nodes:
             self._end_node(pool, node)
@@ -563,36 +568,37 @@ class World:
         s = self.jobs[i].spec
         return pool.hourly_micros * s.gpus * s.duration // (3600 * pool.offer.gpus)
 
-    def _budget_keys(self, i: int, policy: str) -> list[tuple[str, datetime]]:
+    def _budgets_of(self, i: int, policy: str) -> list[ledger.BudgetLimit]:
         team = self.jobs[i].spec.team
-        now = self.dt(self.now)
-        return [
-            (b.name, ledger.period_bounds(b.period, now)[0])
-            for b in self.budgets
-            if (b.scope, b.value) in {("team", team), ("policy", policy), ("namespace", team)}
-        ]
+        scopes = {("team", team), ("policy", policy), ("namespace", team)}
+        return [b for b in self.budgets if (b.scope, b.value) in scopes]
 
     def _hold(self, i: int, pool: Pool) -> None:
-        self.budget_held[i] = self._job_usage(i, pool)
+        """Reserve the job's expected usage against its budgets while it runs (as the ledger does)."""
+        micros = self._job_usage(i, pool)
+        self.budget_held[i] = micros
+        for b in self._budgets_of(i, pool.policy):
+            self._held[b.name] = self._held.get(b.name, 0) + micros
+
+    def _unhold(self, i: int, pool: Pool) -> None:
+        micros = self.budget_held.pop(i, 0)
+        for b in self._budgets_of(i, pool.policy):
+            self._held[b.name] -= micros
 
     def _charge(self, i: int, pool: Pool) -> None:
-        self.budget_held.pop(i, None)
+        self._unhold(i, pool)
         used = self._job_usage(i, pool)
-        for key in self._budget_keys(i, pool.policy):
+        now = self.dt(self.now)
+        for b in self._budgets_of(i, pool.policy):
+            key = (b.name, ledger.period_bounds(b.period, now)[0])
             self.budget_used[key] = self.budget_used.get(key, 0) + used
 
     def budget_views(self, rates: Mapping[str, Decimal]) -> tuple[BudgetView, ...]:
         now = self.dt(self.now)
-        held: dict[str, int] = {}
-        for i, micros in self.budget_held.items():
-            pool = self.jobs[i].pool
-            assert pool is not None
-            for name, _ in self._budget_keys(i, pool.policy):
-                held[name] = held.get(name, 0) + micros
         views = []
         for b in self.budgets:
             start = ledger.period_bounds(b.period, now)[0]
-            usd = self.budget_used.get((b.name, start), 0) + held.get(b.name, 0)
+            usd = self.budget_used.get((b.name, start), 0) + self._held.get(b.name, 0)
             rate = Decimal(1) if b.amount.currency == "USD" else rates[b.amount.currency]
             spent = Money(int(Decimal(usd) * rate), b.amount.currency)
             views.append(BudgetView(b.name, b.scope, b.value, b.amount - spent, b.hard))
@@ -727,6 +733,15 @@ class Burst:
             unavailable=tuple(world.unavailable.current()),
         )
         return decide.plan(snapshot, world.catalog, self.config, now).actions
+
+
+def deadline_allowance(config: Config, policy: BurstPolicy) -> int:
+    """Seconds past its runtime that even the shortest job gets before its deadline: the policy's
+    safety margin plus twice the slowest target's provisioning estimate, so that a job that has to
+    queue can still burst in time (trace.py's deadline rule)."""
+    assert config.service is not None
+    slowest = max(t.provisioning for t in config.service.spec.targets)
+    return int((policy.spec.trigger.deadline_safety_margin + 2 * slowest).total_seconds())
 
 
 def policy_of(config: Config, name: str | None = None) -> BurstPolicy:

@@ -6,8 +6,9 @@ deadlines, teams or GPU types, so this module derives them by documented, seeded
 
 - **Deadline**: `submit + max(slack x duration, duration + allowance)`, with `slack` drawn per job
   by the slack rule (`uniform:LO:HI`, the default `uniform:1.5:4`, or `fixed:X`) and `allowance`
-  twice the slowest target's provisioning estimate, so that every job could still meet its deadline
-  on a cloud when it arrives.
+  the policy's deadline safety margin plus twice the slowest target's provisioning estimate
+  (simulate.deadline_allowance), so that every job could still meet its deadline on a cloud when
+  it arrives, and a short job may queue a little before it has to burst.
 - **Team**: the user (else the queue, else the job id) hashed onto the namespaces the policy selects,
   so each team's jobs fall under the policy and its budgets as they would in the cluster.
 - **Pods**: jobs of up to 8 GPUs are one pod; larger ones are split into pods of at most 8 GPUs

@@ -341,11 +341,24 @@ def test_max_pools_refuses_a_new_pool() -> None:
 
 def test_idle_pool_past_ttl_and_old_pool_are_deleted() -> None:
     idle = _pool("idle", idle_since=NOW - timedelta(minutes=11))
-    old = _pool("old", created=NOW - 25 * H)
+    old = _pool("old", created=NOW - 25 * H, idle_since=NOW - timedelta(minutes=1))
     fresh = _pool("fresh", idle_since=NOW - timedelta(minutes=3))
     plan = decide.plan(Snapshot(pools=(idle, old, fresh)), CATALOG, make_config(), NOW)
     deleted = {a.pool: a.reason for a in plan.actions if isinstance(a, DeletePool)}
-    assert deleted == {"idle": "idle 11m >= idle TTL 10m", "old": "max lifetime 1d reached"}
+    assert deleted == {
+        "idle": "idle 11m >= idle TTL 10m",
+        "old": "max lifetime 1d reached, and nothing runs on it",
+    }
+
+
+def test_a_pool_past_its_lifetime_drains_its_work_and_takes_no_more() -> None:
+    # Work still runs on `old` (no idle_since): it is not cut off, but a new job gets a new pool.
+    old = _pool("old", created=NOW - 25 * H, free_gpus=(7,))
+    snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(old,))
+    plan = decide.plan(snap, CATALOG, make_config(), NOW)
+    assert not [a for a in plan.actions if isinstance(a, DeletePool)]
+    (dispatch,) = [a for a in plan.actions if isinstance(a, Dispatch)]
+    assert dispatch.pool != "old"
 
 
 def test_a_burst_ahead_in_the_queue_lets_the_next_one_stay() -> None:
