@@ -765,6 +765,7 @@ class _Planner:
                 wants.append(_Want(w, policy, runtimes[w.uid], est, why))
             if not wants:
                 break
+            refused = False
             for want in sorted(wants, key=self.urgency):
                 refusal = self.place(want)
                 w = want.w
@@ -772,6 +773,7 @@ class _Planner:
                     placed.add(w.uid)
                     self.skips.pop(w.uid, None)
                 else:
+                    refused = True
                     stays.add(w.uid)
                     self.skips[w.uid] = Skip(
                         w.uid,
@@ -780,6 +782,8 @@ class _Planner:
                         f"{want.trigger}, but {refusal}",
                         onprem_finish=want.onprem.finish,
                     )
+            if not refused:
+                break  # the next round would see the same queue: those placed leave it either way
         return Plan(
             tuple(self._pool_actions() + self.dispatches + self.actions),
             tuple(sorted(self.skips.values(), key=lambda s: (s.namespace, s.name, s.workload))),
