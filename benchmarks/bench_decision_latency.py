@@ -6,6 +6,10 @@ woken by the watch (batched 1.5 s) against the simulated clouds and a SQLite dat
 job: the time from its create call returning to the end of the pass that planned it.
 
     python benchmarks/bench_decision_latency.py [--jobs 10000]
+
+The first 10,000-job run gave p50 27.3 s / p99 33.5 s: every planned dispatch was its own SQLite
+commit; one commit per pass for them halved it. What remains is the pass's per-workload ORM reads
+and inserts (the decision itself takes 0.4 s of it).
 """
 
 from __future__ import annotations

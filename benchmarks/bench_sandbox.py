@@ -6,6 +6,10 @@ ADDED event. The control plane runs: with no GPU nodes, the scheduler marks ever
 Unschedulable, as on a full on-prem cluster.
 
     python benchmarks/bench_sandbox.py [--pods 10000] [--threads 4]
+
+Two fixes found on the way: `TCP_NODELAY` on the server's sockets (headers and body are separate
+writes; with Nagle and delayed ACKs each keep-alive request waited ~40 ms), and a scheduler that
+looks again only at pods that changed, not at every pod on every change.
 """
 
 from __future__ import annotations

@@ -1,0 +1,66 @@
+"""`burst simulate`: the shipped OpenB trace through burst and the baselines, as JSON (the same
+twice for one seed) and as HTML with the sweep chart; clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+CONFIG = str(ROOT / "docs" / "examples" / "simulate")
+
+
+def simulate(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "burst", "simulate", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_burst_and_the_baselines_on_openb_the_same_twice() -> None:
+    args = ("--trace", "openb", "-c", CONFIG, "--baselines", "--format", "json", "--seed", "3")
+    first, again = simulate(*args), simulate(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert first.stdout == again.stdout  # one seed, one result
+    result = json.loads(first.stdout)
+    assert result["trace"] == "alibaba-openb-2023-public.csv" and result["jobs"] == 4330
+    assert "cost" in result["lower_bound"]
+    by_name = {p["name"]: p for p in result["policies"]}
+    assert list(by_name) == ["burst", "never", "no-wait", "constant-wait", "compute-wait"]
+    assert by_name["never"]["cost"] == 0 and by_name["never"]["pools_created"] == 0
+    for p in by_name.values():
+        assert 0 <= p["deadlines_met"] <= 1 and p["mean_jct_s"] >= p["mean_queue_s"] >= 0
+        assert 0 <= p["idle_share"] + p["overhead_share"] <= 1
+    # Bursting shortens the queue that never-bursting leaves, and costs money for it.
+    assert by_name["burst"]["deadlines_met"] > by_name["never"]["deadlines_met"]
+    assert by_name["burst"]["cost"] > 0 and by_name["burst"]["jobs_burst"] > 0
+    spend = by_name["burst"]["spend_by_provider"].values()
+    assert sum(spend) == pytest.approx(by_name["burst"]["cost"], abs=0.05)
+
+
+def test_the_html_report_draws_the_bound_ratios_and_the_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "openb.html"
+    done = simulate(
+        "--trace", "openb", "-c", CONFIG, "--sweep", "--format", "html", "--out", str(out)
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    page = out.read_text()
+    assert page.count("<svg") == 2 and page.count('class="curve"') == 3  # burst and two baselines
+
+
+def test_bad_input_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_time,duration_s,gpus\nj1,0,-5,1\n")
+    done = simulate("--trace", str(bad), "-c", CONFIG)
+    assert done.returncode == 1 and "bad.csv:2: duration_s: -5 is less than 1" in done.stderr
+    done = simulate("--trace", "openb", "-c", CONFIG, "--deadline-slack", "soon")
+    assert done.returncode == 1 and "expected uniform:LO:HI" in done.stderr
