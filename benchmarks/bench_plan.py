@@ -1,7 +1,7 @@
 """decide.plan() on generated snapshots of 1k, 10k and 50k pending workloads.
 
 Full shipped catalog, the example configuration in config/, 200 existing pools, budgets. Prints
-one JSON object per measurement:
+one JSON object per measurement.
 
     python benchmarks/bench_plan.py [--sizes 1000,10000,50000] [--repeat 7]
 

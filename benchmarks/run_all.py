@@ -48,6 +48,7 @@ def describe(path: Path) -> tuple[str, str, str]:
         f"python benchmarks/{path.name}",
     )
     prose = "\n".join(line for line in rest.splitlines() if line.strip() != command).strip()
+    prose = re.sub(r"\n{3,}", "\n\n", prose)
     return " ".join(title.split()), prose, command
 
 
@@ -56,7 +57,7 @@ def table(rows: list[dict[str, object]]) -> str:
         return "(no figures printed)"
     columns: list[str] = []
     for row in rows:
-        columns += [k for k in row if k not in columns and k != "benchmark"]
+        columns += [k for k in row if k not in columns and k not in ("benchmark", "bench")]
     lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
     for row in rows:
         lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")

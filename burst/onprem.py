@@ -46,12 +46,14 @@ class QueueSweep:
         self._products: dict[str, _Product] = {}
         for product, capacity in sorted(onprem.capacity.items()):
             self._products[product] = _Product(capacity, capacity, now)
+        products = self._products
         for r in onprem.running:
-            p = self._products.get(r.accelerator)
+            p = products.get(r.accelerator)
             if p is None:
                 continue
             p.free -= r.gpus
-            p.releases.append((max(r.expected_end, now), r.gpus))
+            end = r.expected_end
+            p.releases.append((end if end > now else now, r.gpus))
         for p in self._products.values():
             heapq.heapify(p.releases)  # linear, where a push per running workload is not
         # Where a workload that asks for no particular GPU product waits: the largest product.
