@@ -177,6 +177,7 @@ class _OpenPool:
     reasons: list[str] = field(default_factory=list)
     free_max: int = 0
     free_total: int = 0
+    _slots: dict[int, int] = field(default_factory=dict)  # pods that fit now, per pod size
 
     @property
     def nodes(self) -> int:
@@ -192,10 +193,11 @@ class _OpenPool:
         per_new_node = self.offer.gpus // per_pod
         if per_new_node == 0:
             return None
-        short = (
-            w.pods - sum(f // per_pod for f in self.free) if self.free_max >= per_pod else w.pods
-        )
-        return max(0, -(-short // per_new_node))
+        slots = self._slots.get(per_pod)
+        if slots is None:  # counted once per pod size until the pool changes: asked per workload
+            slots = sum(f // per_pod for f in self.free) if self.free_max >= per_pod else 0
+            self._slots[per_pod] = slots
+        return max(0, -(-(w.pods - slots) // per_new_node))
 
     def fits(self, w: Workload) -> bool:
         return self.free_total >= w.gpus and self.extra_nodes_for(w) == 0
@@ -214,6 +216,7 @@ class _OpenPool:
     def _refresh(self) -> None:
         self.free_max = max(self.free, default=0)
         self.free_total = sum(self.free)
+        self._slots.clear()
 
     def __post_init__(self) -> None:
         self._refresh()

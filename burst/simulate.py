@@ -87,7 +87,7 @@ class Job:
     ran_in_cloud: bool = False
 
 
-@dataclass
+@dataclass(eq=False)
 class Node:
     gpus: int
     requested: float
@@ -108,13 +108,14 @@ class Pool:
     offer: OfferKey
     hourly_micros: int  # USD per node-hour
     created: float
-    nodes: list[Node] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)  # every node it ever had (jobs index these)
+    alive: list[Node] = field(default_factory=list)  # those not ended, in the same order
     state: str = "requested"  # requested, ready, deleted, failed
     idle_since: float | None = None
     planned: set[int] = field(default_factory=set)  # jobs waiting for room on it
 
     def live(self) -> list[Node]:
-        return [n for n in self.nodes if n.ended is None]
+        return self.alive
 
     def room(self, now: float) -> list[int]:
         """GPUs free per node that is up now (0 for nodes still booting or gone)."""
@@ -271,6 +272,15 @@ class World:
             elif kind == "launch-failed":
                 assert isinstance(payload, int)
                 self._launch_failed(self.pool_list[payload])
+            elif kind == "wake":  # a policy's timer: worth a decision only if the job still waits
+                assert isinstance(payload, int)
+                if self.jobs[payload].state == "queued":
+                    self.decide_at(when)
+            elif kind == "idle-check":
+                assert isinstance(payload, int)
+                pool = self.pool_list[payload]
+                if pool.state in ("requested", "ready") and pool.idle_since is not None:
+                    self.decide_at(when)
             elif kind == "scale-down":
                 assert isinstance(payload, str)
                 pool_id, k = payload.split("#")
@@ -302,7 +312,7 @@ class World:
             self.decide_at(self.now)
             wake = policy.wake_at(job.spec)
             if wake is not None:
-                self.decide_at(wake)
+                self._at(wake, "wake", i)
 
     def _start_onprem(self) -> None:
         while self.queue:
@@ -399,7 +409,9 @@ class World:
         fails = pool.state == "requested" and self.rng.random() < self.clouds.launch_failure
         for _ in range(count):
             gpus = pool.offer.gpus
-            pool.nodes.append(Node(gpus, self.now, self.now + delay, gpus))
+            node = Node(gpus, self.now, self.now + delay, gpus)
+            pool.nodes.append(node)
+            pool.alive.append(node)
         self._at(self.now + delay, "launch-failed" if fails else "nodes-ready", pool.id)
 
     def _resize(self, pool: Pool, nodes: int) -> None:
@@ -516,7 +528,7 @@ class World:
     def _idle_timer(self, pool: Pool) -> None:
         policy = self.config.policies.get(pool.policy)
         ttl = policy.spec.teardown.idle_ttl if policy else timedelta(minutes=10)
-        self.decide_at(self.now + ttl.total_seconds())
+        self._at(self.now + ttl.total_seconds(), "idle-check", pool.id)
 
     def _interrupt(self, pool: Pool, k: int) -> None:
         node = pool.nodes[k]
@@ -549,6 +561,7 @@ class World:
         if node.ended is not None:
             return
         node.ended = self.now
+        pool.alive.remove(node)
         rule = BILLING[pool.offer.cloud]
         cost = pool.hourly_micros * rule.billable(node.ended - node.requested) // 3600
         booting = min(node.ready_at, node.ended) - node.requested
