@@ -21,14 +21,13 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from decimal import Decimal
 
 from burst.catalog import Catalog
 from burst.config import BurstPolicy, Config
 from burst.decide import allowed_accelerators
 from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer
 from burst.money import Money
-from burst.simulate import World, first_fit
+from burst.simulate import World, first_fit, price_cap_usd_micros, target_regions
 from burst.trace import SimJob
 
 DEFAULT_WAIT = timedelta(minutes=30)
@@ -64,19 +63,10 @@ class Waiting:
         *,
         one_region: bool = False,
     ) -> None:
-        assert config.service is not None
         self.name, self.policy, self.wait = name, policy, wait
-        targets = {t.name: t for t in config.service.spec.targets}
-        chosen = [targets[n] for n in policy.spec.placement.targets]
-        if one_region:
-            chosen = chosen[:1]
-        self._targets = {(t.cloud, t.region): t.name for t in chosen}
-        limits = policy.spec.limits
-        cap = None
-        if limits.max_hourly_price is not None:
-            rates = config.service.spec.usd_exchange_rates
-            rate = Decimal(1) if limits.currency == "USD" else rates[limits.currency]
-            cap = int(Money.of(limits.max_hourly_price, limits.currency).micros / rate)
+        names = policy.spec.placement.targets
+        self._targets = target_regions(config, names[:1] if one_region else names)
+        cap = price_cap_usd_micros(config, policy)
         self._offers = [
             o
             for o in catalog.query(

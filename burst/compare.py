@@ -23,9 +23,16 @@ from burst.config import BurstPolicy, Config
 from burst.decide import allowed_accelerators
 from burst.duration import format_duration
 from burst.model import CapacityType
-from burst.money import Money
 from burst.report import PALETTE
-from burst.simulate import DEFAULT_CLOUDS, CloudModel, Outcome, World
+from burst.simulate import (
+    DEFAULT_CLOUDS,
+    CloudModel,
+    Outcome,
+    World,
+    price_cap_usd_micros,
+    target_regions,
+    usd_rate,
+)
 from burst.trace import SimJob
 
 Format = Literal["table", "json", "html"]
@@ -56,32 +63,21 @@ def with_margin(config: Config, policy: str, margin: timedelta) -> Config:
     return replace_dataclass(config, policies={**config.policies, policy: changed})
 
 
-def _rate(config: Config, currency: str) -> Decimal:
-    assert config.service is not None
-    return Decimal(1) if currency == "USD" else config.service.spec.usd_exchange_rates[currency]
-
-
 def cheapest_gpu_second(
     config: Config, policy: BurstPolicy, catalog: Catalog, gpus_per_pod: int
 ) -> float | None:
     """The lowest price per GPU-second, in the policy's currency, of any node the policy may use
     for a pod of `gpus_per_pod` GPUs (spot too, where the policy allows it): the bound's price."""
-    assert config.service is not None
-    targets = {t.name: t for t in config.service.spec.targets}
-    regions = {(targets[n].cloud, targets[n].region) for n in policy.spec.placement.targets}
     capacity: tuple[CapacityType, ...] = (
         ("on-demand",) if policy.spec.placement.capacity == "on-demand" else ("on-demand", "spot")
     )
-    limits = policy.spec.limits
-    rate = _rate(config, limits.currency)
-    cap = None
-    if limits.max_hourly_price is not None:
-        cap = Money.of(limits.max_hourly_price, limits.currency).micros / rate
+    rate = usd_rate(config, policy.spec.limits.currency)
+    cap = price_cap_usd_micros(config, policy)
     best = None
     for o in catalog.query(
         allowed_accelerators(policy, None, catalog),
         capacity=capacity,
-        regions=regions,
+        regions=set(target_regions(config, policy.spec.placement.targets)),
     ):
         if o.gpus >= gpus_per_pod and (cap is None or o.hourly.micros <= cap):
             per = o.hourly.micros / o.gpus
@@ -181,7 +177,7 @@ def _share(part: int, whole: int) -> float:
 
 def summary(result: Comparison, config: Config) -> dict[str, Any]:
     """The JSON object of `burst simulate --format json`."""
-    rate = _rate(config, result.currency)
+    rate = usd_rate(config, result.currency)
     bound_cost = Decimal(str(result.bound.cost)).quantize(Decimal("0.01"), ROUND_HALF_EVEN)
 
     def entry(o: Outcome) -> dict[str, Any]:

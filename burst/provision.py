@@ -192,12 +192,7 @@ class Provisioner:
     def _back_off(self, session: Session, offer: OfferKey) -> None:
         self.unavailable.mark(offer)
         failures, until = self.unavailable.failures(offer)
-        assert until is not None
-        row = session.get(OfferBackoff, tuple(_offer_columns(offer).values()))
-        if row is None:
-            row = OfferBackoff(**_offer_columns(offer), failures=failures, until=until)
-            session.add(row)
-        row.failures, row.until = failures, until
+        session.merge(OfferBackoff(**_offer_columns(offer), failures=failures, until=until))
 
     def _recovered(self, session: Session, offer: OfferKey) -> None:
         self.unavailable.succeeded(offer)

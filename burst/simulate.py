@@ -114,9 +114,6 @@ class Pool:
     idle_since: float | None = None
     planned: set[int] = field(default_factory=set)  # jobs waiting for room on it
 
-    def live(self) -> list[Node]:
-        return self.alive
-
     def room(self, now: float) -> list[int]:
         """GPUs free per node that is up now (0 for nodes still booting or gone)."""
         return [n.free if n.ended is None and n.ready_at <= now else 0 for n in self.nodes]
@@ -214,7 +211,7 @@ class World:
         self.pool_list: list[Pool] = []  # every pool ever made, by id
         self.unavailable = UnavailableOffers(_VirtualClock(self))
         self.now = 0.0
-        self._events: list[tuple[float, int, str, int | str]] = []
+        self._events: list[tuple[float, int, str, int | tuple[int, int]]] = []
         self._seq = 0
         self._ticks: set[int] = set()
         self._workloads: dict[int, Workload] = {}
@@ -231,7 +228,7 @@ class World:
 
     # -- time --
 
-    def _at(self, when: float, kind: str, payload: int | str = 0) -> None:
+    def _at(self, when: float, kind: str, payload: int | tuple[int, int] = 0) -> None:
         self._seq += 1
         heapq.heappush(self._events, (when, self._seq, kind, payload))
 
@@ -263,9 +260,8 @@ class World:
                 assert isinstance(payload, int)
                 self._onprem_end(payload)
             elif kind == "cloud-end":
-                assert isinstance(payload, str)
-                index, attempt = payload.split("#")
-                self._cloud_end(int(index), int(attempt))
+                assert isinstance(payload, tuple)
+                self._cloud_end(*payload)
             elif kind == "nodes-ready":
                 assert isinstance(payload, int)
                 self._nodes_ready(self.pool_list[payload])
@@ -282,13 +278,11 @@ class World:
                 if pool.state in ("requested", "ready") and pool.idle_since is not None:
                     self.decide_at(when)
             elif kind == "scale-down":
-                assert isinstance(payload, str)
-                pool_id, k = payload.split("#")
-                self._scale_down(self.pool_list[int(pool_id)], int(k))
+                assert isinstance(payload, tuple)
+                self._scale_down(self.pool_list[payload[0]], payload[1])
             elif kind == "interrupt":
-                assert isinstance(payload, str)
-                pool_id, k = payload.split("#")
-                self._interrupt(self.pool_list[int(pool_id)], int(k))
+                assert isinstance(payload, tuple)
+                self._interrupt(self.pool_list[payload[0]], payload[1])
             elif kind == "tick":
                 self._ticks.discard(int(when))
                 self._decide(policy)
@@ -415,7 +409,7 @@ class World:
         self._at(self.now + delay, "launch-failed" if fails else "nodes-ready", pool.id)
 
     def _resize(self, pool: Pool, nodes: int) -> None:
-        live = pool.live()
+        live = pool.alive
         if nodes > len(live):
             self._boot(pool, nodes - len(live))
             return
@@ -435,12 +429,11 @@ class World:
                     pool.idle_since = self.now
                 if pool.offer.capacity == "spot" and rate > 0:
                     lost = self.now + self.rng.expovariate(rate) * 3600
-                    self._at(lost, "interrupt", f"{pool.id}#{k}")
+                    self._at(lost, "interrupt", (pool.id, k))
         self._start_planned(pool)
         for k, node in enumerate(pool.nodes):
             if node.ended is None and node.ready_at == self.now and not node.jobs:
-                node.empty_since = self.now
-                self._at(self.now + self.clouds.scale_down_after_s, "scale-down", f"{pool.id}#{k}")
+                self._node_empty(pool, k)
         if pool.idle_since is not None:
             self._idle_timer(pool)
 
@@ -476,9 +469,7 @@ class World:
         if pool is not None:
             pool.planned.discard(i)
             job.planned_pool = None
-            if not pool.planned and not any(n.jobs for n in pool.live()):
-                pool.idle_since = self.now
-                self._idle_timer(pool)
+            self._idle_if_empty(pool)
 
     def _start_planned(self, pool: Pool) -> None:
         for i in sorted(pool.planned, key=lambda i: (self.jobs[i].spec.submit, i)):
@@ -498,7 +489,7 @@ class World:
                 pool.nodes[k].jobs.add(i)
                 pool.nodes[k].empty_since = None
             self._hold(i, pool)
-            self._at(self.now + job.spec.duration, "cloud-end", f"{i}#{job.restarts}")
+            self._at(self.now + job.spec.duration, "cloud-end", (i, job.restarts))
 
     def _cloud_end(self, i: int, attempt: int) -> None:
         job = self.jobs[i]
@@ -518,10 +509,17 @@ class World:
             node.jobs.discard(i)
             node.used_gpu_s += job.spec.gpus_per_pod * (self.now - job.run_start)
             if not node.jobs:
-                node.empty_since = self.now
-                self._at(self.now + self.clouds.scale_down_after_s, "scale-down", f"{pool.id}#{k}")
+                self._node_empty(pool, k)
         job.nodes, job.pool = [], None
-        if not pool.planned and not any(n.jobs for n in pool.live()):
+        self._idle_if_empty(pool)
+
+    def _node_empty(self, pool: Pool, k: int) -> None:
+        """Node k runs nothing now: the remote autoscaler removes it if it stays so."""
+        pool.nodes[k].empty_since = self.now
+        self._at(self.now + self.clouds.scale_down_after_s, "scale-down", (pool.id, k))
+
+    def _idle_if_empty(self, pool: Pool) -> None:
+        if not pool.planned and not any(n.jobs for n in pool.alive):
             pool.idle_since = self.now
             self._idle_timer(pool)
 
@@ -606,14 +604,15 @@ class World:
             key = (b.name, ledger.period_bounds(b.period, now)[0])
             self.budget_used[key] = self.budget_used.get(key, 0) + used
 
-    def budget_views(self, rates: Mapping[str, Decimal]) -> tuple[BudgetView, ...]:
+    def budget_views(self) -> tuple[BudgetView, ...]:
         now = self.dt(self.now)
         views = []
         for b in self.budgets:
             start = ledger.period_bounds(b.period, now)[0]
             usd = self.budget_used.get((b.name, start), 0) + self._held.get(b.name, 0)
-            rate = Decimal(1) if b.amount.currency == "USD" else rates[b.amount.currency]
-            spent = Money(int(Decimal(usd) * rate), b.amount.currency)
+            spent = Money(
+                int(Decimal(usd) * usd_rate(self.config, b.amount.currency)), b.amount.currency
+            )
             views.append(BudgetView(b.name, b.scope, b.value, b.amount - spent, b.hard))
         return tuple(views)
 
@@ -644,7 +643,7 @@ class World:
     def pool_views(self) -> tuple[PoolView, ...]:
         views = []
         for pool in self.pools.values():
-            free = [n.free for n in pool.live()]
+            free = [n.free for n in pool.alive]
             for i in pool.planned:  # planned work holds its room, as in the reconciler
                 s = self.jobs[i].spec
                 spots = first_fit(free, s.gpus_per_pod, s.pods)
@@ -717,7 +716,6 @@ class Burst:
     def __init__(self, config: Config, name: str = "burst") -> None:
         assert config.service is not None
         self.name, self.config = name, config
-        self.rates = config.service.spec.usd_exchange_rates
         self.max_wait = max(
             (
                 p.spec.trigger.max_pending_wait
@@ -742,7 +740,7 @@ class Burst:
             workloads=tuple(workloads),
             onprem=OnPrem(dict(world.capacity), tuple(world.running.values())),
             pools=world.pool_views(),
-            budgets=world.budget_views(self.rates),
+            budgets=world.budget_views(),
             unavailable=tuple(world.unavailable.current()),
         )
         return decide.plan(snapshot, world.catalog, self.config, now).actions
@@ -755,6 +753,28 @@ def deadline_allowance(config: Config, policy: BurstPolicy) -> int:
     assert config.service is not None
     slowest = max(t.provisioning for t in config.service.spec.targets)
     return int((policy.spec.trigger.deadline_safety_margin + 2 * slowest).total_seconds())
+
+
+def usd_rate(config: Config, currency: str) -> Decimal:
+    """Units of `currency` per USD (catalog prices are USD)."""
+    assert config.service is not None
+    return Decimal(1) if currency == "USD" else config.service.spec.usd_exchange_rates[currency]
+
+
+def price_cap_usd_micros(config: Config, policy: BurstPolicy) -> float | None:
+    """The policy's max price per node-hour in USD micros, if it has one."""
+    limits = policy.spec.limits
+    if limits.max_hourly_price is None:
+        return None
+    money = Money.of(limits.max_hourly_price, limits.currency)
+    return float(money.micros / usd_rate(config, limits.currency))
+
+
+def target_regions(config: Config, names: Sequence[str]) -> dict[tuple[Cloud, str], str]:
+    """The (cloud, region) of each named target, to the target's name."""
+    assert config.service is not None
+    targets = {t.name: t for t in config.service.spec.targets}
+    return {(targets[n].cloud, targets[n].region): n for n in names}
 
 
 def policy_of(config: Config, name: str | None = None) -> BurstPolicy:

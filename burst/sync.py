@@ -71,17 +71,14 @@ def status_update(
 ) -> StatusUpdate:
     """What the local workload should show about its remote copy (pure)."""
     recorded = _recorded_outcome(local) if remote is None else None
-    if recorded is not None:
-        # The outcome was recorded here and the remote copy deleted, but the database never heard
-        # (a crash, or a replaced leader, in between): finish from what the workload shows.
-        annotations = {f"{prefix}placement": placement, f"{prefix}remote-phase": recorded}
-        if cost is not None:
-            annotations[f"{prefix}cost"] = str(cost)
-        return StatusUpdate(annotations, None, recorded)
-    phase = remote_phase(remote)
+    phase = recorded or remote_phase(remote)
     annotations = {f"{prefix}placement": placement, f"{prefix}remote-phase": phase}
     if cost is not None:
         annotations[f"{prefix}cost"] = str(cost)
+    if recorded is not None:
+        # The outcome was recorded here and the remote copy deleted, but the database never heard
+        # (a crash, or a replaced leader, in between): finish from what the workload shows.
+        return StatusUpdate(annotations, None, recorded)
     current = _meta(local).get("annotations") or {}
     changed = current.get(f"{prefix}remote-phase") != phase
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
