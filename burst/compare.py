@@ -95,7 +95,7 @@ def lower_bound(
             prices[j.gpus_per_pod] = cheapest_gpu_second(config, policy, catalog, j.gpus_per_pod)
         price = prices[j.gpus_per_pod]
         if price is not None:  # no cloud can run it: it is no part of the cloud's cost
-            items.append(bound.BoundJob(j.submit, j.deadline, j.gpus * j.duration, price))
+            items.append(bound.BoundJob(j.submit, j.deadline, j.gpus * j.duration, price, j.gpus))
     return bound.lower_bound(items, gpus)
 
 
