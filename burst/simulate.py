@@ -423,13 +423,14 @@ class World:
             pool.state = "ready"
             self.unavailable.succeeded(pool.offer)
         rate = self.clouds.spot_interruptions_per_hour
-        for k, node in enumerate(pool.nodes):
-            if node.ended is None and node.ready_at == self.now:
-                if not node.jobs and pool.idle_since is None and not pool.planned:
-                    pool.idle_since = self.now
-                if pool.offer.capacity == "spot" and rate > 0:
+        if pool.offer.capacity == "spot" and rate > 0:
+            for k, node in enumerate(pool.nodes):
+                if node.ended is None and node.ready_at == self.now:
                     lost = self.now + self.rng.expovariate(rate) * 3600
                     self._at(lost, "interrupt", (pool.id, k))
+        # Idle only if no node runs anything: a node added to a busy pool comes up empty too.
+        if pool.idle_since is None and not pool.planned and not any(n.jobs for n in pool.alive):
+            pool.idle_since = self.now
         self._start_planned(pool)
         for k, node in enumerate(pool.nodes):
             if node.ended is None and node.ready_at == self.now and not node.jobs:

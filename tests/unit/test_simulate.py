@@ -86,6 +86,25 @@ def test_burst_sends_the_tight_job_and_keeps_the_loose_one() -> None:
     assert world.jobs[2].started == 4 * 3600  # the loose job waited for on-prem
 
 
+def test_no_pool_goes_while_a_job_runs_on_it() -> None:
+    # Without spot, nothing may end a run early: a pool is deleted only once it is idle. (A node
+    # that joined a busy pool used to come up "idle" and the pool was deleted under its jobs.)
+    rng = random.Random(11)
+    jobs = sorted(
+        (
+            job(str(i), t, d, g, t + 2 * d + 2400)
+            for i in range(400)
+            for t, d, g in [(rng.randint(0, 30_000), rng.randint(60, 9000), rng.choice((1, 2, 4)))]
+        ),
+        key=lambda j: (j.submit, j.job_id),
+    )
+    clouds = simulate.CloudModel(shortage=0.05, launch_failure=0.05, spot_interruptions_per_hour=0)
+    world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=2, clouds=clouds)
+    out = world.run(simulate.Burst(CFG))
+    assert out.burst_jobs > 50 and out.pools_created < out.burst_jobs  # pools were shared
+    assert [j.spec.job_id for j in world.jobs if j.restarts] == []
+
+
 def test_the_same_seed_gives_the_same_result() -> None:
     rng = random.Random(3)
     jobs = sorted(
