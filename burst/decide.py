@@ -16,7 +16,8 @@ How it decides, in order:
    total estimated cost (node-hours for provisioning + runtime + the idle tail before teardown),
    ties broken by the earliest finish, growing a pool of that offer before opening a new one.
    Spot capacity is used when the policy allows it, and with `spot-if-slack` only when the slack
-   could absorb one interruption (a full restart).
+   could absorb one interruption (a full restart). When no cloud can meet the deadline any more,
+   the soonest cloud finish is placed instead, if it beats the on-prem estimate.
 3. Caps are checked on the way: the policy's max price per node-hour, nodes per pool and pools, the
    per-job max cost, and every budget the workload falls under (hard budgets are never exceeded;
    reservations already held are in the snapshot, and each placement in this plan reserves more).
@@ -34,7 +35,7 @@ import re
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 
@@ -275,6 +276,7 @@ class _Want:
     runtime: timedelta
     onprem: Estimate
     trigger: str
+    finish_by: datetime | None  # the deadline, or when it is lost anyway, the soonest cloud finish
 
 
 class _Planner:
@@ -434,10 +436,44 @@ class _Planner:
     # -- placement --
 
     def place(self, want: _Want) -> str | None:
-        """Place `want`; None on success, else the reason it was refused."""
+        """Place `want`; None on success, else the reason it was refused. A deadline no cloud can
+        meet is lost either way: then the soonest cloud finish is what counts, if it beats on-prem
+        (a late job stuck in the queue for days helps nobody)."""
+        refusal = self._place(want)
+        deadline, onprem = want.w.deadline, want.onprem.finish
+        soonest = self._soonest_cloud_finish(want)
+        if (
+            refusal is None
+            or deadline is None
+            or soonest is None
+            or soonest <= deadline  # a cloud could make it: refused for another reason
+            or (onprem is not None and soonest >= onprem)
+        ):
+            return refusal
+        late = replace(
+            want,
+            finish_by=soonest,
+            trigger=(
+                f"{want.trigger}; no cloud meets the deadline either, the soonest cloud finish "
+                f"{_at(soonest, self.now)} beats on-prem"
+            ),
+        )
+        return refusal if self._place(late) is not None else None
+
+    def _soonest_cloud_finish(self, want: _Want) -> datetime | None:
+        shape = self.candidates(want)
+        capacities: tuple[CapacityType, ...] = (
+            ("on-demand", "spot") if self._spot_allowed(want) else ("on-demand",)
+        )
+        targets = [self.targets[name] for cap in capacities for name, c in shape[cap].items() if c]
+        if not targets:
+            return None
+        return self.now + min(t.provisioning for t in targets) + want.runtime
+
+    def _place(self, want: _Want) -> str | None:
         w, p = want.w, want.policy
         spec = p.spec
-        deadline = w.deadline
+        deadline = want.finish_by
         spot_ok = self._spot_allowed(want)
         max_cost_usd = self._max_cost_usd(want)
         refusals: list[str] = []
@@ -538,7 +574,7 @@ class _Planner:
             if not extra or extra > spec.limits.max_nodes_per_pool - pool.nodes:
                 continue
             finish = self.now + pool.target.provisioning + want.runtime
-            if w.deadline is not None and finish > w.deadline:
+            if want.finish_by is not None and finish > want.finish_by:
                 continue
             billed = pool.target.provisioning + want.runtime + spec.teardown.idle_ttl
             total = _node_cost(pool.hourly_micros, extra, billed)
@@ -765,7 +801,7 @@ class _Planner:
                     )
                     continue
                 sweep.leave()
-                wants.append(_Want(w, policy, runtimes[w.uid], est, why))
+                wants.append(_Want(w, policy, runtimes[w.uid], est, why, w.deadline))
             if not wants:
                 break
             refused = False

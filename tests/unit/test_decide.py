@@ -152,13 +152,26 @@ CASES = [
         make_config(("ml", policy_spec(placement={"accelerators": {"V100": ["V100", "T4"]}}))),
     ),
     Case(
-        "deadline-too-close-for-any-cloud",
+        "deadline-too-close-for-any-cloud-and-on-prem-is-sooner",
         Snapshot(
-            workloads=(workload(deadline=NOW + 2 * H + timedelta(minutes=5)),), onprem=BUSY_V100
+            workloads=(workload(deadline=NOW + 2 * H + timedelta(minutes=5)),),
+            onprem=OnPrem(
+                {"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + timedelta(minutes=5)),)
+            ),
         ),
         lambda p: (
             "no cloud offer meets the deadline 11:05: earliest cloud finish 11:08"
             in skip_reason(p, "w1")
+        ),
+    ),
+    Case(
+        "deadline-lost-anyway-bursts-to-the-soonest-cloud-finish",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 2 * H + timedelta(minutes=5)),), onprem=BUSY_V100
+        ),
+        lambda p: (
+            "no cloud meets the deadline either, the soonest cloud finish 11:08 beats on-prem"
+            in dispatches(p)["w1"].reason
         ),
     ),
     Case(
