@@ -34,7 +34,7 @@ import math
 import re
 import weakref
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
@@ -440,13 +440,12 @@ class _Planner:
         meet is lost either way: then the soonest cloud finish is what counts, if it beats on-prem
         (a late job stuck in the queue for days helps nobody)."""
         refusal = self._place(want)
-        deadline, onprem = want.w.deadline, want.onprem.finish
-        soonest = self._soonest_cloud_finish(want)
+        if refusal is None or want.w.deadline is None:
+            return refusal
+        soonest, onprem = self._soonest_cloud_finish(want), want.onprem.finish
         if (
-            refusal is None
-            or deadline is None
-            or soonest is None
-            or soonest <= deadline  # a cloud could make it: refused for another reason
+            soonest is None
+            or soonest <= want.w.deadline  # a cloud could make it: refused for another reason
             or (onprem is not None and soonest >= onprem)
         ):
             return refusal
@@ -460,12 +459,13 @@ class _Planner:
         )
         return refusal if self._place(late) is not None else None
 
-    def _soonest_cloud_finish(self, want: _Want) -> datetime | None:
+    def _soonest_cloud_finish(
+        self, want: _Want, capacities: tuple[CapacityType, ...] | None = None
+    ) -> datetime | None:
+        """Now + the fastest provisioning of a target with an offer for `want` + its runtime."""
+        caps = capacities or (("on-demand", "spot") if self._spot_allowed(want) else ("on-demand",))
         shape = self.candidates(want)
-        capacities: tuple[CapacityType, ...] = (
-            ("on-demand", "spot") if self._spot_allowed(want) else ("on-demand",)
-        )
-        targets = [self.targets[name] for cap in capacities for name, c in shape[cap].items() if c]
+        targets = [self.targets[name] for cap in caps for name, c in shape[cap].items() if c]
         if not targets:
             return None
         return self.now + min(t.provisioning for t in targets) + want.runtime
@@ -629,24 +629,17 @@ class _Planner:
         return self.budgets.refusal(want.w, want.policy.metadata.name, cost_usd)
 
     def _no_offer_reason(
-        self, want: _Want, capacities: Iterable[CapacityType], by_capacity: _Shape
+        self, want: _Want, capacities: tuple[CapacityType, ...], by_capacity: _Shape
     ) -> str:
         w, p = want.w, want.policy
         wanted = "/".join(allowed_accelerators(p, w.accelerator, self.catalog))
         shape = f"{w.pods}x{w.gpus_per_pod} {wanted}"
-        targets = [
-            self.targets[name]
-            for cap in capacities
-            for name, cands in by_capacity[cap].items()
-            if cands
-        ]
-        if not targets:
+        finish = self._soonest_cloud_finish(want, capacities)
+        if finish is None:
             return f"no offer with {shape} in the allowed targets within the policy's caps"
         considered = (c for cap in capacities for cands in by_capacity[cap].values() for c in cands)
         if all(c.offer.key in self.unavailable for c in considered):
             return f"every offer with {shape} is out of capacity for now"
-        fastest = min(t.provisioning for t in targets)
-        finish = self.now + fastest + want.runtime
         return (
             f"no cloud offer meets the deadline {_at(w.deadline, self.now)}: "
             f"earliest cloud finish {_at(finish, self.now)}"
