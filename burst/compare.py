@@ -185,7 +185,8 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
         return {
             "name": o.policy,
             "cost": float(cost),
-            "deadlines_met": round(o.deadlines_met, 4),
+            "deadlines_met": round(o.deadlines_met, 6),
+            "deadlines_missed": round(o.jobs * (1 - o.deadlines_met)),
             "ratio_to_bound": round(float(cost / bound_cost), 3) if bound_cost > 0 else None,
             "mean_jct_s": round(o.mean_jct_s, 1),
             "p90_jct_s": round(o.p90_jct_s, 1),

@@ -39,6 +39,7 @@ def test_burst_and_the_baselines_on_openb_the_same_twice() -> None:
     assert by_name["never"]["cost"] == 0 and by_name["never"]["pools_created"] == 0
     for p in by_name.values():
         assert 0 <= p["deadlines_met"] <= 1 and p["mean_jct_s"] >= p["mean_queue_s"] >= 0
+        assert p["deadlines_missed"] == round(4330 * (1 - p["deadlines_met"]))
         assert 0 <= p["idle_share"] + p["overhead_share"] <= 1
     # Bursting shortens the queue that never-bursting leaves, and costs money for it.
     assert by_name["burst"]["deadlines_met"] > by_name["never"]["deadlines_met"]
