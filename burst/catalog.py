@@ -398,7 +398,8 @@ class UnavailableOffers:
         """Back `key` off; returns for how long."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        wait = ttl if ttl is not None else min(self._ttl * 2 ** (failures - 1), self._max_ttl)
+        doublings = min(failures - 1, 32)  # a timedelta overflows after some forty doublings
+        wait = ttl if ttl is not None else min(self._ttl * 2**doublings, self._max_ttl)
         until = self._clock.now() + wait
         self._until[key] = max(until, self._until.get(key, until))
         return wait

@@ -207,3 +207,5 @@ def test_repeated_failures_back_an_offer_off_exponentially() -> None:
     ]
     cache.succeeded(key)
     assert cache.mark(key) == timedelta(minutes=15)  # a success forgets the history
+    # An offer that keeps failing stays at the longest back-off (the doubling once overflowed).
+    assert [cache.mark(key) for _ in range(100)][-1] == timedelta(hours=1)
