@@ -113,6 +113,7 @@ class Pool:
     state: str = "requested"  # requested, ready, deleted, failed
     idle_since: float | None = None
     planned: set[int] = field(default_factory=set)  # jobs waiting for room on it
+    doomed: bool = False  # its launch will fail (drawn when it is created)
 
     def room(self, now: float) -> list[int]:
         """GPUs free per node that is up now (0 for nodes still booting or gone)."""
@@ -395,12 +396,15 @@ class World:
         )
         self.pools[a.pool] = pool
         self.pool_list.append(pool)
+        pool.doomed = self.rng.random() < self.clouds.launch_failure
         self._boot(pool, a.nodes)
         return True
 
     def _boot(self, pool: Pool, count: int) -> None:
         delay = self.clouds.latency[pool.offer.cloud].sample(self.rng)
-        fails = pool.state == "requested" and self.rng.random() < self.clouds.launch_failure
+        # A launch fails as a whole: nodes added while it launches share its fate, and nodes
+        # added to a pool that is up come up.
+        fails = pool.state == "requested" and pool.doomed
         for _ in range(count):
             gpus = pool.offer.gpus
             node = Node(gpus, self.now, self.now + delay, gpus)

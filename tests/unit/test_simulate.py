@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from burst import baselines, catalog, config, simulate
-from burst.model import CLOUDS
+from burst.model import CLOUDS, Action, CreatePool, Dispatch, ResizePool
+from burst.money import Money
 from burst.trace import SimJob
 from providers.sim import Latency
 from tests.conftest import ROOT
@@ -103,6 +105,67 @@ def test_no_pool_goes_while_a_job_runs_on_it() -> None:
     out = world.run(simulate.Burst(CFG))
     assert out.burst_jobs > 50 and out.pools_created < out.burst_jobs  # pools were shared
     assert [j.spec.job_id for j in world.jobs if j.restarts] == []
+
+
+class GrowOnePool:
+    """A policy (the simulator's protocol) that puts queued jobs on one pool of 1-GPU nodes,
+    created for the first job and grown by a node for each next one, launched or not; once that
+    pool is gone, jobs wait for on-prem."""
+
+    name = "grow-one-pool"
+
+    def __init__(self) -> None:
+        self.offer = next(
+            o for o in OFFERS if o.gpus == 1 and o.capacity == "on-demand" and o.cloud == "gcp"
+        )
+        self.nodes = 0
+
+    def wake_at(self, job: SimJob) -> float | None:
+        return None
+
+    def decide(self, world: simulate.World) -> list[Action]:
+        zero, actions = Money.zero("USD"), []
+        if self.nodes and "p" not in world.pools:
+            return []  # the pool failed (or went): the jobs wait for on-prem
+        for i in world.queued():
+            if world.jobs[i].planned_pool is not None:
+                continue
+            self.nodes += 1
+            if self.nodes == 1:
+                offer = self.offer
+                actions.append(CreatePool("p", "gcp", "ml", offer.key, 1, offer.hourly, "", zero))
+            else:
+                actions.append(ResizePool("p", self.nodes, "", zero))
+            actions.append(Dispatch(str(i), "p", "gcp", "", zero, simulate.START))
+        return actions
+
+
+def test_a_launch_fails_or_comes_up_as_a_whole() -> None:
+    # On-prem is taken by a for 10 h; the pool is created for b at the tick after 10 s and grown
+    # for c at the tick after 100 s, while it still launches (nodes take 300 s). Half the launches
+    # fail: over twenty seeds, each either fails with the node added to it (both jobs then run
+    # on-prem after a), or comes up node by node with each job on its node at once. (A node added
+    # to a launch that then succeeded could "fail" alone and sit unused while c waited for it.)
+    jobs = [
+        job("a", 0, 36_000, 8, 10**6),
+        job("b", 10, 600, 1, 10**6),
+        job("c", 100, 600, 1, 10**6),
+    ]
+    clouds = replace(STEADY, launch_failure=0.5)
+    outcomes = set()
+    for seed in range(20):
+        world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=seed, clouds=clouds)
+        world.run(GrowOnePool())
+        pool, b, c = world.pool_list[0], world.jobs[1], world.jobs[2]
+        assert len(world.pool_list) == 1 and len(pool.nodes) == 2
+        if pool.state == "failed":
+            assert world.failures == 1 and all(n.used_gpu_s == 0 for n in pool.nodes)
+            assert not b.ran_in_cloud and not c.ran_in_cloud and b.started == 36_000
+        else:
+            assert (b.started, c.started) == (pool.nodes[0].ready_at, pool.nodes[1].ready_at)
+            assert b.ran_in_cloud and c.ran_in_cloud and world.failures == 0
+        outcomes.add(pool.state)
+    assert outcomes == {"failed", "deleted"}
 
 
 def test_the_same_seed_gives_the_same_result() -> None:
