@@ -337,7 +337,11 @@ class _Planner:
                 continue
             ready_at = self.now
             if pv.state != "ready":
-                ready_at = max(self.now, pv.created + target.provisioning)
+                # A launch past its estimate is in the latency's heavy tail: expect it to take as
+                # long again, not to be ready any second (jobs piled onto it missed deadlines).
+                ready_at = pv.created + target.provisioning
+                if ready_at <= self.now:
+                    ready_at = self.now + target.provisioning
             self._open(
                 _OpenPool(
                     pv.name,

@@ -7,7 +7,7 @@ admin expects burst to do about it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import pytest
@@ -319,6 +319,21 @@ def test_reuses_a_pool_with_free_room_before_creating_one() -> None:
     assert [a.kind for a in plan.actions] == ["dispatch"]
     assert dispatches(plan)["w1"].pool == "aws-euc1-p3-8xlarge-od-1"
     assert "reuses pool aws-euc1-p3-8xlarge-od-1 with free room" in dispatches(plan)["w1"].reason
+
+
+def test_a_launch_past_its_estimate_is_not_trusted_with_a_tight_deadline() -> None:
+    # aws-euc1 pools take 10 min. One created 5 min ago is expected at 09:05: a 2 h job on it
+    # finishes 11:05, in time. One created an hour ago is in the latency tail: expected another
+    # 10 min (11:10, late), so the job goes to the soonest new pool (gcp, 8 min) instead.
+    deadline = NOW + 2 * H + timedelta(minutes=5)
+    fresh = _pool(state="creating", created=NOW - timedelta(minutes=5), free_gpus=(4,))
+    snap = Snapshot(workloads=(workload(deadline=deadline),), onprem=BUSY_V100, pools=(fresh,))
+    assert dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"].pool == fresh.name
+    late = replace(fresh, created=NOW - H)
+    snap = replace(snap, pools=(late,))
+    dispatch = dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"]
+    assert dispatch.pool != late.name and dispatch.target.startswith("gcp")
+    assert "no cloud meets the deadline either" in dispatch.reason
 
 
 def test_grows_an_existing_pool_of_the_chosen_offer() -> None:
