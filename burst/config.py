@@ -187,6 +187,9 @@ class TargetSpec(Strict):
     remote_namespace: str = "{namespace}"
     # How long a new GPU pool takes to be ready here; the decision adds it to every estimate.
     provisioning_estimate: Duration | None = None
+    # Expected interruptions per spot node-hour here, if known: the decision then prices a spot
+    # run with its expected restarts (each from scratch), so long runs on many nodes stay off spot.
+    spot_interruptions_per_hour: float | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _one_cluster_block(self) -> Self:

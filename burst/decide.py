@@ -16,8 +16,9 @@ How it decides, in order:
    total estimated cost (node-hours for provisioning + runtime + the idle tail before teardown),
    ties broken by the earliest finish, growing a pool of that offer before opening a new one.
    Spot capacity is used when the policy allows it, and with `spot-if-slack` only when the slack
-   could absorb one interruption (a full restart). When no cloud can meet the deadline any more,
-   the soonest cloud finish is placed instead, if it beats the on-prem estimate.
+   could absorb one interruption (a full restart); where a target knows its spot interruption
+   rate, spot runs are priced and timed with their expected restarts. When no cloud can meet the
+   deadline any more, the soonest cloud finish is placed instead, if it beats the on-prem estimate.
 3. Caps are checked on the way: the policy's max price per node-hour, nodes per pool and pools, the
    per-job max cost, and every budget the workload falls under (hard budgets are never exceeded;
    reservations already held are in the snapshot, and each placement in this plan reserves more).
@@ -145,6 +146,20 @@ def _pods_per_node(offer: Offer, w: Workload) -> int:
     if w.memory_gib_per_pod > 0:
         fit = min(fit, int(offer.memory_gib // w.memory_gib_per_pod))
     return fit
+
+
+def expected_run(
+    target: TargetSpec, capacity: CapacityType, nodes: int, runtime: timedelta
+) -> tuple[timedelta, float]:
+    """Expected running time and restarts of a run of `runtime` on `nodes` nodes. On spot where the
+    target's interruption rate is known, each interruption restarts the run from scratch: at m
+    interruptions per hour across the nodes, it takes (e^(m T) - 1) / m with e^(m T) - 1 restarts."""
+    rate = target.spot_interruptions_per_hour
+    if capacity != "spot" or not rate:
+        return runtime, 0.0
+    per_hour = rate * nodes
+    restarts = math.expm1(min(per_hour * runtime.total_seconds() / 3600, 30.0))
+    return timedelta(hours=restarts / per_hour), restarts
 
 
 def allowed_accelerators(policy: BurstPolicy, requested: str | None, catalog: Catalog) -> list[str]:
@@ -488,11 +503,13 @@ class _Planner:
         for pool in self._eligible_pools(want, allowed, spot_ok):
             if not pool.fits(w):
                 continue
-            finish = max(self.now, pool.ready_at) + want.runtime
+            nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
+            run, _ = expected_run(pool.target, pool.offer.capacity, nodes, want.runtime)
+            finish = max(self.now, pool.ready_at) + run
             if deadline is not None and finish > deadline:
                 continue
             share = Decimal(w.gpus) / pool.offer.gpus
-            cost = math.ceil(share * _node_cost(pool.hourly_micros, 1, want.runtime))
+            cost = math.ceil(share * _node_cost(pool.hourly_micros, 1, run))
             reuse = (cost, finish, pool.name, pool)
             if best_reuse is None or reuse[:3] < best_reuse[:3]:
                 best_reuse = reuse
@@ -512,25 +529,42 @@ class _Planner:
                 return None
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
-        # Within one target every offer bills the same duration, so each target's list (sorted by
-        # price x nodes) is already in total-cost order: the cheapest is the best of the heads.
+        # Each target's list is sorted by price x nodes. Where a run lasts as long on every offer
+        # (on-demand, or spot with no interruption rate) that is total-cost order and the first
+        # available offer is the target's best; with expected restarts, which grow with the nodes,
+        # the list is read on until even a run without restarts would cost more.
         by_capacity = self.candidates(want)
         capacities: tuple[CapacityType, ...] = ("on-demand", "spot") if spot_ok else ("on-demand",)
         cheapest: tuple[int, datetime, str, str, _Candidate] | None = None
+        tail = spec.teardown.idle_ttl
         for capacity in capacities:
             for target_name, cands in by_capacity[capacity].items():
                 target = self.targets[target_name]
-                finish = self.now + target.provisioning + want.runtime
-                if deadline is not None and finish > deadline:
+                if (
+                    deadline is not None
+                    and self.now + target.provisioning + want.runtime > deadline
+                ):
                     continue
-                c = next((c for c in cands if c.offer.key not in self.unavailable), None)
-                if c is None:
-                    continue
-                billed = target.provisioning + want.runtime + spec.teardown.idle_ttl
-                total = _node_cost(c.offer.hourly.micros, c.nodes, billed)
-                choice = (total, finish, target_name, str(c.offer.key), c)
-                if cheapest is None or choice[:4] < cheapest[:4]:
-                    cheapest = choice
+                plain = target.provisioning + want.runtime + tail
+                for c in cands:
+                    if c.offer.key in self.unavailable:
+                        continue
+                    run, restarts = expected_run(target, capacity, c.nodes, want.runtime)
+                    launches = (1 + restarts) * target.provisioning
+                    if (
+                        cheapest is not None
+                        and restarts
+                        and cheapest[0] <= _node_cost(c.offer.hourly.micros, c.nodes, plain)
+                    ):
+                        break
+                    finish = self.now + launches + run
+                    if deadline is None or finish <= deadline:
+                        total = _node_cost(c.offer.hourly.micros, c.nodes, launches + run + tail)
+                        choice = (total, finish, target_name, str(c.offer.key), c)
+                        if cheapest is None or choice[:4] < cheapest[:4]:
+                            cheapest = choice
+                    if not restarts:
+                        break
         if cheapest is None:
             refusals.append(self._no_offer_reason(want, capacities, by_capacity))
             return "; ".join(refusals)
@@ -577,10 +611,12 @@ class _Planner:
             extra = pool.extra_nodes_for(w)
             if not extra or extra > spec.limits.max_nodes_per_pool - pool.nodes:
                 continue
-            finish = self.now + pool.target.provisioning + want.runtime
+            run, restarts = expected_run(pool.target, pool.offer.capacity, extra, want.runtime)
+            launches = (1 + restarts) * pool.target.provisioning
+            finish = self.now + launches + run
             if want.finish_by is not None and finish > want.finish_by:
                 continue
-            billed = pool.target.provisioning + want.runtime + spec.teardown.idle_ttl
+            billed = launches + run + spec.teardown.idle_ttl
             total = _node_cost(pool.hourly_micros, extra, billed)
             if best is None or (total, finish, pool.name) < best[:3]:
                 best = (total, finish, pool.name, pool, extra)

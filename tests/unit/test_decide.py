@@ -6,6 +6,7 @@ admin expects burst to do about it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -29,7 +30,7 @@ from burst.model import (
     Snapshot,
 )
 from burst.money import Money
-from tests.builders import NOW, make_config, policy_spec, workload
+from tests.builders import NOW, TARGETS, make_config, policy_spec, workload
 
 CATALOG = catalog.shipped()
 H = timedelta(hours=1)
@@ -223,6 +224,36 @@ CASES = [
         make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"}))),
     ),
     Case(
+        "a-known-interruption-rate-keeps-a-long-wide-run-off-spot",
+        # 8 pods of 8 GPUs for 30 h: at 0.05 interruptions per node-hour over 8 nodes, a run from
+        # scratch expects e^12 restarts; on-demand it is.
+        Snapshot(
+            workloads=(
+                workload(
+                    deadline=NOW + 200 * H,
+                    gpus_per_pod=8,
+                    pods=8,
+                    expected_runtime=30 * H,
+                ),
+            ),
+            onprem=OnPrem({"V100": 0}),
+        ),
+        lambda p: offer_of(p, "w1").capacity == "on-demand",
+        make_config(
+            ("ml", policy_spec(placement={"capacity": "spot"})),
+            targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
+        ),
+    ),
+    Case(
+        "a-known-interruption-rate-leaves-a-short-run-on-spot",
+        Snapshot(workloads=(workload(deadline=NOW + 20 * H),), onprem=OnPrem({"V100": 0})),
+        lambda p: offer_of(p, "w1").capacity == "spot",
+        make_config(
+            ("ml", policy_spec(placement={"capacity": "spot-if-slack"})),
+            targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
+        ),
+    ),
+    Case(
         "two-jobs-share-one-new-pool",
         Snapshot(
             workloads=(workload("a", deadline=NOW + 3 * H), workload("b", deadline=NOW + 3 * H)),
@@ -319,6 +350,22 @@ def test_reuses_a_pool_with_free_room_before_creating_one() -> None:
     assert [a.kind for a in plan.actions] == ["dispatch"]
     assert dispatches(plan)["w1"].pool == "aws-euc1-p3-8xlarge-od-1"
     assert "reuses pool aws-euc1-p3-8xlarge-od-1 with free room" in dispatches(plan)["w1"].reason
+
+
+def test_expected_run_restarts_from_scratch_at_each_interruption() -> None:
+    rated, plain = (
+        make_config(targets=[{**TARGETS[0], **extra}]).service
+        for extra in ({"spotInterruptionsPerHour": 0.25}, {})
+    )
+    assert rated is not None and plain is not None
+    aws = rated.spec.targets[0]
+    # 2 nodes at 0.25 per node-hour: m = 0.5 per hour; a 2 h run: m T = 1, e - 1 restarts,
+    # (e - 1) / 0.5 h of running.
+    run, restarts = decide.expected_run(aws, "spot", 2, 2 * H)
+    assert restarts == pytest.approx(math.e - 1)
+    assert run.total_seconds() == pytest.approx((math.e - 1) / 0.5 * 3600)
+    assert decide.expected_run(aws, "on-demand", 2, 2 * H) == (2 * H, 0.0)
+    assert decide.expected_run(plain.spec.targets[0], "spot", 2, 2 * H) == (2 * H, 0.0)
 
 
 def test_a_launch_past_its_estimate_is_not_trusted_with_a_tight_deadline() -> None:
