@@ -295,10 +295,12 @@ class _Want:
 
 
 class _Planner:
-    def __init__(self, snapshot: Snapshot, catalog: Catalog, config: Config, now: datetime) -> None:
+    def __init__(
+        self, snapshot: Snapshot, catalog: Catalog, config: Config, now: datetime, explain: bool
+    ) -> None:
         if config.service is None:
             raise PlanError("planning needs the ServiceConfig (targets, exchange rates)")
-        self.snapshot, self.catalog, self.now = snapshot, catalog, now
+        self.snapshot, self.catalog, self.now, self.explain = snapshot, catalog, now, explain
         self.targets = {t.name: t for t in config.service.spec.targets}
         self.config_targets = config.service.spec.targets
         self.rates = _Rates(config.service.spec.usd_exchange_rates)
@@ -766,6 +768,8 @@ class _Planner:
             )
         if w.quota_blocked and t.quota_exhausted:
             return (f"GPU quota of namespace {w.namespace} exhausted", "")
+        if not self.explain:
+            return None, ""
         if w.deadline is not None:
             why = (
                 f"deadline met on-prem: est. finish {_at(est.finish, self.now)} <= "
@@ -829,9 +833,10 @@ class _Planner:
                 why, why_not = self.trigger(w, policy, est, sweep)
                 if why is None:
                     sweep.stay(w, est)
-                    self.skips[w.uid] = Skip(
-                        w.uid, w.namespace, w.name, why_not, onprem_finish=est.finish
-                    )
+                    if self.explain:
+                        self.skips[w.uid] = Skip(
+                            w.uid, w.namespace, w.name, why_not, onprem_finish=est.finish
+                        )
                     continue
                 sweep.leave()
                 wants.append(_Want(w, policy, runtimes[w.uid], est, why, w.deadline))
@@ -858,7 +863,9 @@ class _Planner:
                 break  # the next round would see the same queue: those placed leave it either way
         return Plan(
             tuple(self._pool_actions() + self.dispatches + self.actions),
-            tuple(sorted(self.skips.values(), key=lambda s: (s.namespace, s.name, s.workload))),
+            tuple(sorted(self.skips.values(), key=lambda s: (s.namespace, s.name, s.workload)))
+            if self.explain
+            else (),
         )
 
     def _pool_actions(self) -> list[Action]:
@@ -896,6 +903,9 @@ class _Planner:
         return out
 
 
-def plan(snapshot: Snapshot, catalog: Catalog, config: Config, now: datetime) -> Plan:
-    """Decide what to burst now. Pure: same input, same Plan."""
-    return _Planner(snapshot, catalog, config, now).run()
+def plan(
+    snapshot: Snapshot, catalog: Catalog, config: Config, now: datetime, *, skips: bool = True
+) -> Plan:
+    """Decide what to burst now. Pure: same input, same Plan. `skips=False` leaves the Skips out:
+    their reasons are worded for every waiting workload, which a simulation never reads."""
+    return _Planner(snapshot, catalog, config, now, skips).run()

@@ -748,7 +748,7 @@ class Burst:
             budgets=world.budget_views(),
             unavailable=tuple(world.unavailable.current()),
         )
-        return decide.plan(snapshot, world.catalog, self.config, now).actions
+        return decide.plan(snapshot, world.catalog, self.config, now, skips=False).actions
 
 
 def deadline_allowance(config: Config, policy: BurstPolicy) -> int:

@@ -324,6 +324,9 @@ def test_scenario(case: Case) -> None:
     plan = decide.plan(case.snapshot, CATALOG, case.config, NOW)
     assert case.expect(plan), plan
     assert plan == decide.plan(case.snapshot, CATALOG, case.config, NOW)  # deterministic
+    # Without the skips' reasons (the simulator's way) it decides the same.
+    quiet = decide.plan(case.snapshot, CATALOG, case.config, NOW, skips=False)
+    assert quiet.actions == plan.actions and quiet.skips == ()
 
 
 def _pool(name: str = "aws-euc1-p3-8xlarge-od-1", **fields: object) -> PoolView:
