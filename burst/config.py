@@ -686,7 +686,7 @@ def selector_matches(s: WorkloadSelector, namespace: str, labels: Mapping[str, s
     """Whether a workload in `namespace` with `labels` is claimed by the selector."""
     if s.namespaces and namespace not in s.namespaces:
         return False
-    if any(labels.get(k) != v for k, v in s.match_labels.items()):
+    if s.match_labels and any(labels.get(k) != v for k, v in s.match_labels.items()):
         return False
     for r in s.match_expressions:
         value = labels.get(r.key)

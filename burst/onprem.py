@@ -73,12 +73,13 @@ class QueueSweep:
         """Start and finish if `w` stays; call stay() or leave() before the next estimate."""
         name = self.product_of(w)
         p = self._products.get(name) if name else None
-        if p is None or w.gpus > p.capacity:
+        needs = w.gpus
+        if p is None or needs > p.capacity:
             self._pending = None
             return Estimate(name, None, None)
         popped: list[tuple[datetime, int]] = []
         free, clock = p.free, p.clock
-        while free < w.gpus:
+        while free < needs:
             at, gpus = heapq.heappop(p.releases)
             popped.append((at, gpus))
             free += gpus
