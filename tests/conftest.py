@@ -8,9 +8,11 @@ gets a database of its own, created on that server and dropped afterwards.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,21 @@ from burst import db
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+
+
+def burst_cli(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path = ROOT, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """`python -m burst ARGS` in a process of its own, as a user runs it; output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "burst", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def _postgres_server_url() -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -11,23 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, burst_cli
 
-BURST = [sys.executable, "-m", "burst"]
-
-
-def run(
-    *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*BURST, *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
+run = burst_cli
 
 
 def test_help_does_not_load_cloud_sdks_or_the_kubernetes_client() -> None:

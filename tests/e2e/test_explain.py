@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, burst_cli
 
 
 def explain(*args: str) -> tuple[int, Any]:
-    result = subprocess.run(
-        [sys.executable, "-m", "burst", "explain", *args, "--format", "json"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    result = burst_cli("explain", *args, "--format", "json")
     return result.returncode, json.loads(result.stdout) if result.returncode == 0 else result.stderr
 
 

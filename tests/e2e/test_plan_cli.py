@@ -3,22 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 from burst.snapshot import load_snapshot, snapshot_schema
-from tests.conftest import ROOT
+from tests.conftest import ROOT, burst_cli
 
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "burst", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+run = burst_cli
 
 
 def test_schema_in_docs_is_the_current_one() -> None:

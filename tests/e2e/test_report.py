@@ -7,12 +7,11 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import burst_cli
 from tests.ledger_scenario import build_ledger
 
 
@@ -24,13 +23,7 @@ def ledger_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def report(url: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "burst", "report", "--url", url, "-c", "config", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    result = burst_cli("report", "--url", url, "-c", "config", *args)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
@@ -128,11 +121,5 @@ def test_the_html_renders_its_charts_in_headless_chromium(ledger_url: str, tmp_p
 
 
 def test_bad_period_is_a_clear_error(ledger_url: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "burst", "report", "--url", ledger_url, "--period", "November"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=False,
-    )
+    result = burst_cli("report", "--url", ledger_url, "--period", "November")
     assert result.returncode == 1 and "bad period 'November'" in result.stderr

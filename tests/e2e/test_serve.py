@@ -19,7 +19,7 @@ from sqlalchemy import select
 from burst import db
 from burst.sandbox import Sandbox
 from burst.tables import Leadership
-from tests.conftest import ROOT, wait_for
+from tests.conftest import ROOT, burst_cli, wait_for
 
 SERVICE = """\
 apiVersion: burst.dev/v1
@@ -91,13 +91,7 @@ def test_leader_failover(sandbox: Any, tmp_path: Path) -> None:
                 token=tmp_path / "token",
             )
         )
-        upgrade = subprocess.run(
-            [sys.executable, "-m", "burst", "db", "upgrade", "-c", str(config_dir)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        upgrade = burst_cli("db", "upgrade", "-c", str(config_dir))
         assert upgrade.returncode == 0, upgrade.stderr
         api = client.ApiClient(client.Configuration(host=sandbox.url))
         ports = {"a": free_port(), "b": free_port()}

@@ -5,25 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, burst_cli
 
 CONFIG = str(ROOT / "docs" / "examples" / "simulate")
 
 
 def simulate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "burst", "simulate", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return burst_cli("simulate", *args, timeout=600)
 
 
 def test_burst_and_the_baselines_on_openb_the_same_twice() -> None:
