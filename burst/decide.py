@@ -355,7 +355,7 @@ class _Planner:
             ready_at = self.now
             if pv.state != "ready":
                 # A launch past its estimate is in the latency's heavy tail: expect it to take as
-                # long again, not to be ready any second (jobs piled onto it missed deadlines).
+                # long again, not to be ready any second (tight jobs piled onto it would be late).
                 ready_at = pv.created + target.provisioning
                 if ready_at <= self.now:
                     ready_at = self.now + target.provisioning
