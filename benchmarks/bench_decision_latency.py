@@ -27,16 +27,18 @@ from kubernetes import client
 from sandbox_process import sandbox_process
 from sqlalchemy import select
 
-from burst import catalog, config, db
-from burst.catalog import UnavailableOffers
+from burst import config
 from burst.clock import SystemClock
-from burst.events import EventRecorder
-from burst.provision import Provisioner
-from burst.reconciler import Reconciler
-from burst.replicate import KubeObjects, Replicator
-from burst.sync import Syncer
-from burst.tables import Workload
-from burst.watch import Observer
+from burst.cloud import catalog
+from burst.cloud.catalog import UnavailableOffers
+from burst.cloud.provision import Provisioner
+from burst.kube.events import EventRecorder
+from burst.kube.observe import Observer
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import Syncer
+from burst.service.loop import Reconciler
+from burst.store import database
+from burst.store.tables import Workload
 from providers.sim import SimCloud, SimProvider
 
 CONFIG = """\
@@ -76,9 +78,9 @@ def run(url: str, tmp: Path, jobs: int) -> None:
         [tmp / "c.yaml"], config.Vocabulary(shipped.regions(), shipped.accelerators())
     )
     assert cfg.service is not None
-    engine = db.make_engine(f"sqlite:///{tmp / 'b.db'}")
-    db.upgrade(engine)
-    sessions = db.sessions(engine)
+    engine = database.make_engine(f"sqlite:///{tmp / 'b.db'}")
+    database.upgrade(engine)
+    sessions = database.sessions(engine)
     api_config = client.Configuration(host=url)
     api_config.connection_pool_maxsize = 8
     api = client.ApiClient(api_config)

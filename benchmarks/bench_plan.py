@@ -23,7 +23,9 @@ import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from burst import catalog, config, decide
+from burst import config, decide
+from burst.amounts import Money
+from burst.cloud import catalog
 from burst.model import (
     BudgetView,
     OnPrem,
@@ -32,7 +34,6 @@ from burst.model import (
     Snapshot,
     Workload,
 )
-from burst.money import Money
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

@@ -17,7 +17,9 @@ import sys
 import time
 from pathlib import Path
 
-from burst import catalog, config, simulate, trace
+from burst import config
+from burst.cloud import catalog
+from burst.sim import simulate, trace
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "burst" / "data" / "traces"

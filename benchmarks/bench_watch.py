@@ -22,7 +22,7 @@ from kubernetes import client
 from sandbox_process import sandbox_process
 
 from burst.clock import SystemClock
-from burst.watch import Observer
+from burst.kube.observe import Observer
 
 
 def rss_mib() -> float:

@@ -1,5 +1,5 @@
 """`python -m burst` runs the same CLI as the `burst` console script."""
 
-from burst.cli import main
+from burst.cli.main import main
 
 main()

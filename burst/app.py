@@ -1,5 +1,5 @@
 """The composition root of `burst serve`: configuration, database, clusters, clouds and clock wired
-into a Reconciler, the Service that schedules it (service.py), leader election on a Lease, and
+into a Reconciler, the Service that schedules it (service/leader.py), leader election on a Lease, and
 the HTTP API. `burst demo` wires its embedded world through `reconciler_for` the same way.
 """
 
@@ -13,18 +13,21 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from burst import catalog, config, db, ledger
-from burst.catalog import UnavailableOffers
+from burst import config
 from burst.clock import Clock, SystemClock
+from burst.cloud import catalog
+from burst.cloud.catalog import UnavailableOffers
+from burst.cloud.provider import Provider
+from burst.cloud.provision import Provisioner
 from burst.config import Config, KubernetesAccess
-from burst.events import EventRecorder
-from burst.provider import Provider
-from burst.provision import Provisioner
-from burst.reconciler import Reconciler
-from burst.replicate import KubeObjects, Replicator
-from burst.service import Service
-from burst.sync import Syncer
-from burst.watch import Observer
+from burst.kube.events import EventRecorder
+from burst.kube.observe import Observer
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import Syncer
+from burst.money import ledger
+from burst.service.leader import Service
+from burst.service.loop import Reconciler
+from burst.store import database
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +95,9 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
         raise config.ConfigError([])
     spec = cfg.service.spec
     offers = shipped.with_overrides(spec.catalog)
-    engine = db.make_engine(db.resolve_url(None, spec.database))
-    db.check(engine)
-    sessions = db.sessions(engine)
+    engine = database.make_engine(database.resolve_url(None, spec.database))
+    database.check(engine)
+    sessions = database.sessions(engine)
     onprem = kube_client(spec.on_prem)
     remote_apis = {t.name: kube_client(t.kubernetes) for t in spec.targets}
     built = providers.build(cfg.service, offers, clock, kube_for=lambda t: remote_apis[t.name])
@@ -110,7 +113,7 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
         if not observer.caches[0].synced.is_set():
             observer.start()
             observer.wait_synced()
-        fenced = db.fenced_sessions(engine, epoch)
+        fenced = database.fenced_sessions(engine, epoch)
         return reconciler_for(
             cfg, offers, clock, fenced, observer, onprem, remote_apis, built, epoch=epoch
         )
@@ -125,7 +128,7 @@ def run(service: Service, *, host: str | None = None, port: int | None = None) -
     from kubernetes.leaderelection import electionconfig, leaderelection
     from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
 
-    from burst.api import create_app
+    from burst.service.api import create_app
 
     assert service.cfg.service is not None
     spec = service.cfg.service.spec

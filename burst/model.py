@@ -1,6 +1,6 @@
 """The nouns of the flow: frozen dataclasses that every step passes around.
 
-The decision (decide.py) sees only these; the catalog produces Offers; providers turn PoolSpecs
+The decision (decide/) sees only these; the catalog produces Offers; providers turn PoolSpecs
 into Pools. Nothing here does I/O.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
-from burst.money import Money
+from burst.amounts import Money
 
 Cloud = Literal["aws", "gcp", "azure"]
 CLOUDS: tuple[Cloud, ...] = ("aws", "gcp", "azure")
@@ -268,3 +268,33 @@ GPU_PRODUCTS: Mapping[str, str] = {
     "B300": "NVIDIA-B300",
     "T4g": "NVIDIA-T4G",
 }
+
+
+# Tags (AWS, Azure) and labels (GCP) that burst puts on every pool.
+TAG_OWNER = "burst.dev/owner"
+TAG_POOL = "burst.dev/pool"
+TAG_POLICY = "burst.dev/policy"
+TAG_EPOCH = "burst.dev/epoch"
+TAG_TOKEN = "burst.dev/token"  # noqa: S105 (a tag name: the idempotency token, no secret)
+NODE_POOL_LABEL = "burst.dev/pool"
+
+# GCP labels and Azure tags allow no `/` in keys, so there `burst.dev/owner` is written `burst-owner`;
+# bills exported from those clouds carry the flat form too.
+FLAT_TAG_OWNER = "burst-owner"
+FLAT_TAG_POOL = "burst-pool"
+
+
+def flat_tag_key(key: str) -> str:
+    return key.replace("burst.dev/", "burst-")
+
+
+def is_flat_burst_key(key: str) -> bool:
+    return key.startswith("burst-")
+
+
+def unflat_tag_key(key: str) -> str:
+    """`burst-owner` back to `burst.dev/owner`; other keys as they are."""
+    return f"burst.dev/{key.removeprefix('burst-')}" if is_flat_burst_key(key) else key
+
+
+GPU_TAINT_KEY = "nvidia.com/gpu"

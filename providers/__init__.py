@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from burst.catalog import Catalog
 from burst.clock import Clock
+from burst.cloud.catalog import Catalog
+from burst.cloud.provider import Provider
 from burst.config import ServiceConfig, TargetSpec
-from burst.provider import Provider
 
 if TYPE_CHECKING:
     from providers.sim import SimCloud

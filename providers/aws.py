@@ -13,10 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from burst.clock import Clock, SystemClock
-from burst.model import Offer
-from burst.provider import (
-    TAG_OWNER,
-    TAG_POOL,
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     Pool,
@@ -30,6 +27,7 @@ from burst.provider import (
     TokenBucket,
     with_retries,
 )
+from burst.model import TAG_OWNER, TAG_POOL, Offer
 
 _EFFECTS = {
     "NoSchedule": "NO_SCHEDULE",
@@ -440,7 +438,7 @@ class AwsPrices:
     def offers(self) -> list[Offer]:
         from dataclasses import replace
 
-        from burst.money import Money
+        from burst.amounts import Money
 
         out = []
         for o in self._static():

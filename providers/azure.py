@@ -16,10 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from burst.model import Offer
-from burst.provider import (
-    FLAT_TAG_OWNER,
-    FLAT_TAG_POOL,
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     Pool,
@@ -31,10 +28,9 @@ from burst.provider import (
     QuotaExceeded,
     Throttled,
     TokenBucket,
-    flat_tag_key,
-    unflat_tag_key,
     with_retries,
 )
+from burst.model import FLAT_TAG_OWNER, FLAT_TAG_POOL, Offer, flat_tag_key, unflat_tag_key
 
 _PHASES: Mapping[str, PoolPhase] = {
     "Creating": "creating",

@@ -15,10 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from burst.model import Offer
-from burst.provider import (
-    FLAT_TAG_OWNER,
-    FLAT_TAG_POOL,
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     Pool,
@@ -30,10 +27,15 @@ from burst.provider import (
     QuotaExceeded,
     Throttled,
     TokenBucket,
+    with_retries,
+)
+from burst.model import (
+    FLAT_TAG_OWNER,
+    FLAT_TAG_POOL,
+    Offer,
     flat_tag_key,
     is_flat_burst_key,
     unflat_tag_key,
-    with_retries,
 )
 
 ACCELERATOR_TYPES = {

@@ -19,10 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burst.clock import Clock
-from burst.model import GPU_PRODUCTS, Cloud, Offer, OfferKey
-from burst.nodes import gpu_node_manifest
-from burst.provider import (
-    TAG_OWNER,
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     Pool,
@@ -30,6 +27,8 @@ from burst.provider import (
     PoolPhase,
     PoolSpec,
 )
+from burst.kube.nodes import gpu_node_manifest
+from burst.model import GPU_PRODUCTS, TAG_OWNER, Cloud, Offer, OfferKey
 
 
 @dataclass(frozen=True)

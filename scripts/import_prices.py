@@ -8,7 +8,7 @@ Keeps every row and only the columns the catalog reads; see burst/data/prices/SO
 import sys
 from pathlib import Path
 
-from burst.catalog import shipped_csv
+from burst.cloud.catalog import shipped_csv
 from burst.model import CLOUDS
 
 source = Path(sys.argv[1])

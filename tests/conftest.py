@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from burst import db
+from burst.store import database
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -54,7 +54,7 @@ def postgres_url() -> Iterator[str]:
     server = _postgres_server_url()
     if not server:
         pytest.skip("PostgreSQL: set BURST_TEST_DATABASE_URL (CI does) to run this test")
-    admin_url = db.resolve_url(server)
+    admin_url = database.resolve_url(server)
     name = f"burst_test_{uuid.uuid4().hex[:12]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -82,7 +82,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def engine(database_url: str) -> Iterator[Engine]:
-    engine = db.make_engine(make_url(database_url))
+    engine = database.make_engine(make_url(database_url))
     yield engine
     engine.dispose()
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from burst import catalog, db, ledger
 from burst.clock import FakeClock
-from burst.meter import PoolHistory, Use, meter
+from burst.cloud import catalog
+from burst.cloud.provider import PoolSpec
 from burst.model import OfferKey
-from burst.provider import PoolSpec
+from burst.money import ledger
+from burst.money.meter import PoolHistory, Use, meter
+from burst.store import database
 from providers.sim import SimCloud, SimProvider
 
 START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
@@ -59,9 +61,9 @@ SCENARIO = [
 
 def build_ledger(url: str, seed: int = 4) -> dict[str, str]:
     """Run the scenario and post its charges to the database at `url`; returns pool -> cloud."""
-    engine = db.make_engine(url)
-    db.upgrade(engine)
-    sessions = db.sessions(engine)
+    engine = database.make_engine(url)
+    database.upgrade(engine)
+    sessions = database.sessions(engine)
     shipped = catalog.shipped()
     clock = FakeClock(START)
     world = SimCloud(clock, seed=seed)

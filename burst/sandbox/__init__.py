@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from burst.clock import Clock, SystemClock
-from burst.nodes import gpu_node_manifest
+from burst.kube.nodes import gpu_node_manifest
 from burst.sandbox.controllers import ControlPlane
 from burst.sandbox.server import ApiServer
 from burst.sandbox.store import Store

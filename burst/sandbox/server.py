@@ -90,6 +90,46 @@ def _route(path: str) -> tuple[Resource, str, str | None, str | None] | None:
     return res, namespace, name, sub
 
 
+def discovery(path: str) -> Any:
+    """The discovery and version documents clients read before they call the API."""
+    path = path.rstrip("/")
+    if path == "/version":
+        return resources.VERSION_INFO
+    if path == "/api":
+        return resources.api_versions()
+    if path == "/apis":
+        return resources.api_group_list()
+    parts = [p for p in path.split("/") if p]
+    if parts[:2] == ["openapi", "v3"]:
+        if len(parts) == 2:
+            return resources.openapi_v3_root()
+        found = resources.openapi_v3("/".join(parts[3:]))
+        if found is None:
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
+        return found
+    if parts == ["api", "v1"]:
+        return resources.resource_list("v1")
+    if len(parts) == 3 and parts[0] == "apis":
+        found = resources.resource_list(f"{parts[1]}/{parts[2]}")
+        if found is None:
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
+        return found
+    if len(parts) == 2 and parts[0] == "apis":
+        group = next(
+            (g for g in resources.api_group_list()["groups"] if g["name"] == parts[1]), None
+        )
+        if group is None:
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({path})"
+            )
+        return {"kind": "APIGroup", "apiVersion": "v1", **group}
+    return None
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # Headers and body go out in separate writes; with Nagle's algorithm and delayed ACKs every
@@ -140,9 +180,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if not self._authorized():
                 raise ApiError(401, "Unauthorized", "Unauthorized")
-            discovery = self._discovery(url.path) if method == "GET" else None
-            if discovery is not None:
-                self._send(200, discovery)
+            document = discovery(url.path) if method == "GET" else None
+            if document is not None:
+                self._send(200, document)
                 return
             route = _route(url.path)
             if route is None:
@@ -164,44 +204,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-
-    def _discovery(self, path: str) -> Any:
-        path = path.rstrip("/")
-        if path == "/version":
-            return resources.VERSION_INFO
-        if path == "/api":
-            return resources.api_versions()
-        if path == "/apis":
-            return resources.api_group_list()
-        parts = [p for p in path.split("/") if p]
-        if parts[:2] == ["openapi", "v3"]:
-            if len(parts) == 2:
-                return resources.openapi_v3_root()
-            found = resources.openapi_v3("/".join(parts[3:]))
-            if found is None:
-                raise ApiError(
-                    404, "NotFound", f"the server could not find the requested resource ({path})"
-                )
-            return found
-        if parts == ["api", "v1"]:
-            return resources.resource_list("v1")
-        if len(parts) == 3 and parts[0] == "apis":
-            found = resources.resource_list(f"{parts[1]}/{parts[2]}")
-            if found is None:
-                raise ApiError(
-                    404, "NotFound", f"the server could not find the requested resource ({path})"
-                )
-            return found
-        if len(parts) == 2 and parts[0] == "apis":
-            group = next(
-                (g for g in resources.api_group_list()["groups"] if g["name"] == parts[1]), None
-            )
-            if group is None:
-                raise ApiError(
-                    404, "NotFound", f"the server could not find the requested resource ({path})"
-                )
-            return {"kind": "APIGroup", "apiVersion": "v1", **group}
-        return None
 
     # -- resources --
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from burst.snapshot import load_snapshot, snapshot_schema
+from burst.decide.snapshot import load_snapshot, snapshot_schema
 from tests.conftest import ROOT, burst_cli
 
 run = burst_cli

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from burst import db
-from burst.tables import LedgerEntry
+from burst.store import database
+from burst.store.tables import LedgerEntry
 from providers.gcp import cloud_name
 from tests.conftest import ROOT
 from tests.ledger_scenario import build_ledger
@@ -30,9 +30,9 @@ def ledger_url(tmp_path: Path) -> str:
 
 
 def ledger_hours(url: str, pool: str, daily: bool = False) -> dict[datetime, Decimal]:
-    engine = db.make_engine(url)
+    engine = database.make_engine(url)
     out: dict[datetime, Decimal] = defaultdict(Decimal)
-    with db.sessions(engine)() as s:
+    with database.sessions(engine)() as s:
         for row in s.scalars(select(LedgerEntry).where(LedgerEntry.pool == pool)):
             when = row.period_start.replace(hour=0) if daily else row.period_start
             out[when] += Decimal(row.amount_micros) / 1_000_000

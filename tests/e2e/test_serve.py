@@ -16,9 +16,9 @@ import urllib3
 from kubernetes import client
 from sqlalchemy import select
 
-from burst import db
 from burst.sandbox import Sandbox
-from burst.tables import Leadership
+from burst.store import database
+from burst.store.tables import Leadership
 from tests.conftest import ROOT, burst_cli, wait_for
 
 SERVICE = """\
@@ -67,8 +67,8 @@ def holder(api: Any) -> str | None:
 
 
 def epoch(url: str) -> tuple[int, str] | None:
-    engine = db.make_engine(url)
-    with db.sessions(engine)() as s:
+    engine = database.make_engine(url)
+    with database.sessions(engine)() as s:
         row = s.scalar(select(Leadership))
         found = (row.epoch, row.holder) if row else None
     engine.dispose()

@@ -8,11 +8,12 @@ from typing import Any
 
 from kubernetes import client
 
-from burst import alerts, db, ledger
+from burst.amounts import Money
 from burst.clock import SystemClock
-from burst.events import EventRecorder
-from burst.money import Money
-from burst.tables import Workload
+from burst.kube.events import EventRecorder
+from burst.money import alerts, ledger
+from burst.store import database
+from burst.store.tables import Workload
 
 
 def test_alert_events_on_the_active_workloads_of_the_scope(kube: Any, tmp_path: Path) -> None:
@@ -29,8 +30,8 @@ def test_alert_events_on_the_active_workloads_of_the_scope(kube: Any, tmp_path: 
             },
         },
     )
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
-    db.upgrade(engine)
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
     now = datetime(2026, 11, 30, tzinfo=UTC)
     common = {
         "kind": "Job",
@@ -40,7 +41,7 @@ def test_alert_events_on_the_active_workloads_of_the_scope(kube: Any, tmp_path: 
         "created_at": now,
         "updated_at": now,
     }
-    with db.sessions(engine).begin() as s:
+    with database.sessions(engine).begin() as s:
         s.add(
             Workload(
                 uid=job.metadata.uid, name="bursting", team="cms", state="dispatched", **common
@@ -52,7 +53,7 @@ def test_alert_events_on_the_active_workloads_of_the_scope(kube: Any, tmp_path: 
         "cms-month", "team", "cms", Money.of("100", "USD"), "month", hard=False
     )
     alert = ledger.Alert("cms-month", 80, Money.of("85", "USD"), budget.amount, hard=False)
-    with db.sessions(engine)() as s:
+    with database.sessions(engine)() as s:
         assert (
             alerts.deliver(s, [alert], {"cms-month": budget}, EventRecorder(kube, SystemClock()))
             == 1

@@ -15,9 +15,10 @@ import urllib3
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from burst import db, ledger
-from burst.api import create_app
-from burst.money import Money
+from burst.amounts import Money
+from burst.money import ledger
+from burst.service.api import create_app
+from burst.store import database
 from tests.ledger_scenario import build_ledger
 
 TOKEN = "api-token-for-tests"
@@ -27,12 +28,12 @@ TOKEN = "api-token-for-tests"
 def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"sqlite:///{tmp_path_factory.mktemp('api') / 'burst.db'}"
     build_ledger(url)
-    engine = db.make_engine(url)
+    engine = database.make_engine(url)
     budget = ledger.BudgetLimit(
         "cms-ml-monthly", "team", "cms-ml", Money.of("5000", "USD"), "month"
     )
     app = create_app(
-        db.sessions(engine),
+        database.sessions(engine),
         token=TOKEN,
         budgets=[budget],
         now=lambda: datetime(2026, 11, 20, tzinfo=UTC),

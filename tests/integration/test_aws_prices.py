@@ -8,9 +8,9 @@ from typing import Any
 import boto3
 import pytest
 
-from burst import catalog
+from burst.amounts import Money
 from burst.clock import FakeClock
-from burst.money import Money
+from burst.cloud import catalog
 from providers.aws import AwsPrices, spot_prices
 from tests.fakes.pricing import PricingFake
 

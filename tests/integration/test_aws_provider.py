@@ -9,10 +9,8 @@ import boto3
 import pytest
 import urllib3
 
-from burst import catalog
-from burst.model import OfferKey
-from burst.provider import (
-    TAG_OWNER,
+from burst.cloud import catalog
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     PoolNotFound,
@@ -21,6 +19,7 @@ from burst.provider import (
     QuotaExceeded,
     Throttled,
 )
+from burst.model import TAG_OWNER, OfferKey
 from providers.aws import AwsProvider
 from tests.fakes.proxy import Proxy, Rule
 

@@ -12,9 +12,8 @@ import pytest
 from azure.core.credentials import AccessToken
 from azure.mgmt.containerservice import ContainerServiceClient
 
-from burst import catalog
-from burst.model import OfferKey
-from burst.provider import (
+from burst.cloud import catalog
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     PoolNotFound,
@@ -23,6 +22,7 @@ from burst.provider import (
     QuotaExceeded,
     Throttled,
 )
+from burst.model import OfferKey
 from providers.azure import AzureProvider, cloud_name, to_agent_pool
 from tests.fakes.arm import ArmFake, Failure
 

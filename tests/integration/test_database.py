@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import BigInteger, Engine, cast, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from burst import db, tables
+from burst.store import database, tables
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -21,28 +21,28 @@ def _tables(engine: Engine) -> set[str]:
 
 
 def test_migrations_round_trip_and_match_the_tables(engine: Engine) -> None:
-    db.upgrade(engine)
-    assert db.current_revision(engine) == db.head_revision()
-    db.check(engine)  # alembic check: no difference between tables.py and the migrations
+    database.upgrade(engine)
+    assert database.current_revision(engine) == database.head_revision()
+    database.check(engine)  # alembic check: no difference between tables.py and the migrations
     assert _tables(engine) == set(tables.Base.metadata.tables)
-    db.downgrade(engine, "base")
+    database.downgrade(engine, "base")
     assert _tables(engine) == set()
-    db.upgrade(engine)
-    db.check(engine)
+    database.upgrade(engine)
+    database.check(engine)
 
 
 def test_check_reports_an_old_or_drifted_schema(engine: Engine) -> None:
-    with pytest.raises(db.SchemaError, match="revision none"):
-        db.check(engine)
-    db.upgrade(engine)
+    with pytest.raises(database.SchemaError, match="revision none"):
+        database.check(engine)
+    database.upgrade(engine)
     with engine.begin() as conn:
         conn.execute(text("DROP INDEX ix_pools_state"))
-    with pytest.raises(db.SchemaError, match="differ"):
-        db.check(engine)
+    with pytest.raises(database.SchemaError, match="differ"):
+        database.check(engine)
 
 
 def test_a_million_one_micro_charges_sum_exactly(engine: Engine) -> None:
-    db.upgrade(engine)
+    database.upgrade(engine)
     column = next(
         c for c in inspect(engine).get_columns("ledger_entries") if c["name"] == "amount_micros"
     )
@@ -73,8 +73,8 @@ def test_a_million_one_micro_charges_sum_exactly(engine: Engine) -> None:
 
 
 def test_times_come_back_as_utc_and_naive_times_are_refused(engine: Engine) -> None:
-    db.upgrade(engine)
-    make = db.sessions(engine)
+    database.upgrade(engine)
+    make = database.sessions(engine)
     cest = timezone(timedelta(hours=2))
     with make.begin() as session:
         session.add(
@@ -95,8 +95,8 @@ def test_times_come_back_as_utc_and_naive_times_are_refused(engine: Engine) -> N
 
 
 def test_constraints_hold_on_every_database(engine: Engine) -> None:
-    db.upgrade(engine)
-    make = db.sessions(engine)
+    database.upgrade(engine)
+    make = database.sessions(engine)
     pool = dict(
         name="p",
         token="t",

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import Engine, func, select
 
-from burst import db
 from burst.clock import FakeClock
-from burst.service import take_epoch
-from burst.tables import Decision
+from burst.service.leader import take_epoch
+from burst.store import database
+from burst.store.tables import Decision
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -22,17 +22,17 @@ def _decision(reason: str) -> Decision:
 
 
 def test_a_replaced_leader_cannot_commit(engine: Engine) -> None:
-    db.upgrade(engine)
-    plain = db.sessions(engine)
+    database.upgrade(engine)
+    plain = database.sessions(engine)
     first = take_epoch(plain, "a", FakeClock())
-    old = db.fenced_sessions(engine, first)
+    old = database.fenced_sessions(engine, first)
     with old.begin() as s:
         s.add(_decision("while leading"))
     assert take_epoch(plain, "b", FakeClock()) == first + 1
-    with pytest.raises(db.Fenced, match=f"epoch {first} is no longer current"), old() as s:
+    with pytest.raises(database.Fenced, match=f"epoch {first} is no longer current"), old() as s:
         s.add(_decision("after losing the lease"))
         s.commit()
-    with db.fenced_sessions(engine, first + 1).begin() as s:
+    with database.fenced_sessions(engine, first + 1).begin() as s:
         s.add(_decision("the new leader"))
     with plain() as s:
         assert list(s.scalars(select(Decision.reason).order_by(Decision.id))) == [
@@ -42,9 +42,9 @@ def test_a_replaced_leader_cannot_commit(engine: Engine) -> None:
 
 
 def test_no_commit_of_the_old_epoch_lands_after_the_new_one_is_taken(engine: Engine) -> None:
-    db.upgrade(engine)
-    plain = db.sessions(engine)
-    old = db.fenced_sessions(engine, take_epoch(plain, "a", FakeClock()))
+    database.upgrade(engine)
+    plain = database.sessions(engine)
+    old = database.fenced_sessions(engine, take_epoch(plain, "a", FakeClock()))
     stop = threading.Event()
     refused = []
 
@@ -53,7 +53,7 @@ def test_no_commit_of_the_old_epoch_lands_after_the_new_one_is_taken(engine: Eng
             try:
                 with old.begin() as s:
                     s.add(_decision("old"))
-            except db.Fenced:
+            except database.Fenced:
                 refused.append(1)
                 return
 

@@ -8,9 +8,8 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import container_v1
 
-from burst import catalog
-from burst.model import OfferKey
-from burst.provider import (
+from burst.cloud import catalog
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     PoolNotFound,
@@ -19,6 +18,7 @@ from burst.provider import (
     QuotaExceeded,
     Throttled,
 )
+from burst.model import OfferKey
 from providers.gcp import GcpProvider, cloud_name, to_node_pool
 from tests.fakes.gke import Failure, GkeFake
 

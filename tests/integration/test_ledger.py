@@ -9,11 +9,12 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import Engine, func, select
 
-from burst import db, ledger
+from burst.amounts import CurrencyError, Money
 from burst.clock import FakeClock
-from burst.meter import PoolHistory, Use, meter
-from burst.money import CurrencyError, Money
-from burst.tables import BudgetReservation, LedgerEntry
+from burst.money import ledger
+from burst.money.meter import PoolHistory, Use, meter
+from burst.store import database
+from burst.store.tables import BudgetReservation, LedgerEntry
 
 T0 = datetime(2026, 11, 3, 8, 0, tzinfo=UTC)
 RATES = {"CHF": Decimal("0.80")}
@@ -51,8 +52,8 @@ def charges() -> list:  # type: ignore[type-arg]
 
 @pytest.fixture
 def sessions(engine: Engine):  # type: ignore[no-untyped-def]
-    db.upgrade(engine)
-    return db.sessions(engine)
+    database.upgrade(engine)
+    return database.sessions(engine)
 
 
 def total(sessions) -> int:  # type: ignore[no-untyped-def]
@@ -160,9 +161,9 @@ def test_alert_thresholds() -> None:
 
 @pytest.mark.postgres
 def test_two_writers_never_exceed_a_hard_budget_on_postgres(postgres_url: str) -> None:
-    engine = db.make_engine(postgres_url)
-    db.upgrade(engine)
-    sessions = db.sessions(engine)
+    engine = database.make_engine(postgres_url)
+    database.upgrade(engine)
+    sessions = database.sessions(engine)
     budget = ledger.BudgetLimit("shared", "team", "cms", Money.of("10", "USD"), "month")
     clock = FakeClock(T0)
     start = threading.Barrier(8)

@@ -9,19 +9,21 @@ from typing import Any
 from kubernetes import client
 from sqlalchemy import select
 
-from burst import catalog, config, db
-from burst.catalog import UnavailableOffers
+from burst import config
+from burst.amounts import Money
 from burst.clock import FakeClock
-from burst.events import EventRecorder
+from burst.cloud import catalog
+from burst.cloud.catalog import UnavailableOffers
+from burst.cloud.provider import PoolNotFound, PoolSpec
+from burst.cloud.provision import Provisioner
+from burst.kube.events import EventRecorder
+from burst.kube.observe import Observer
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import Syncer
 from burst.model import CreatePool, OfferKey
-from burst.money import Money
-from burst.provider import PoolNotFound, PoolSpec
-from burst.provision import Provisioner
-from burst.reconciler import Reconciler
-from burst.replicate import KubeObjects, Replicator
-from burst.sync import Syncer
-from burst.tables import Dispatch, Pool, Workload
-from burst.watch import Observer
+from burst.service.loop import Reconciler
+from burst.store import database
+from burst.store.tables import Dispatch, Pool, Workload
 from providers.sim import SimCloud, SimProvider
 from tests.conftest import ROOT
 
@@ -39,9 +41,9 @@ def setup(kube: Any, tmp_path: Path) -> tuple[Reconciler, SimProvider, Any, Fake
     sim = SimProvider(
         world, target="sim-aws", cloud="aws", region="eu-central-1", offers=lambda: list(shipped)
     )
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
-    db.upgrade(engine)
-    sessions = db.sessions(engine)
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    sessions = database.sessions(engine)
     local = KubeObjects(kube)
     events = EventRecorder(kube, clock)
     reconciler = Reconciler(
@@ -69,9 +71,11 @@ def test_a_cloud_pool_without_a_row_is_deleted_after_the_grace(kube: Any, tmp_pa
         PoolSpec(name="not-ours", offer=OFFER, nodes=1, owner="someone-else", policy="p", epoch=1),
         "t",
     )
-    assert reconciler.collect_orphans(grace=timedelta(minutes=10)) == []  # first seen: wait
+    assert (
+        reconciler.teardown.collect_orphans(grace=timedelta(minutes=10)) == []
+    )  # first seen: wait
     clock.advance(timedelta(minutes=10))
-    assert reconciler.collect_orphans(grace=timedelta(minutes=10)) == [
+    assert reconciler.teardown.collect_orphans(grace=timedelta(minutes=10)) == [
         "deleted orphan pool sim-aws/lost-row"
     ]
     assert sim.list_pools("burst-demo") == []
@@ -142,7 +146,7 @@ def test_a_row_whose_pool_vanished_is_closed_and_its_work_requeued(
         )
         s.commit()
     sim.delete_pool("gone-pool")  # behind burst's back
-    assert reconciler.collect_orphans() == ["pool gone-pool vanished from sim-aws"]
+    assert reconciler.teardown.collect_orphans() == ["pool gone-pool vanished from sim-aws"]
     with sessions() as s:
         row = s.scalar(select(Pool).where(Pool.name == "gone-pool"))
         assert row is not None and row.state == "deleted"

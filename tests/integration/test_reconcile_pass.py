@@ -8,14 +8,16 @@ from typing import Any
 
 from sqlalchemy import select
 
-from burst import catalog, config, db
+from burst import config
 from burst.app import reconciler_for
 from burst.clock import FakeClock
-from burst.demo import _job
+from burst.cloud import catalog
+from burst.demo.scenario import job_manifest
+from burst.kube.observe import Observer
+from burst.kube.replicate import KubeObjects
 from burst.model import OfferKey
-from burst.replicate import KubeObjects
-from burst.tables import Dispatch, Pool
-from burst.watch import Observer
+from burst.store import database
+from burst.store.tables import Dispatch, Pool
 from providers.sim import SimCloud, SimProvider, SimSettings
 from tests.conftest import ROOT, wait_for
 
@@ -38,17 +40,17 @@ def one_pass(kube: Any, tmp_path: Path, settings: SimSettings) -> list[tuple[str
         for t in CFG.service.spec.targets
     }
     tmp_path.mkdir()
-    engine = db.make_engine(f"sqlite:///{tmp_path / 'burst.db'}")
-    db.upgrade(engine)
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'burst.db'}")
+    database.upgrade(engine)
     observer = Observer(kube, clock).start()
     try:
         observer.wait_synced()
         wait_for(lambda: observer.workloads())
         reconciler = reconciler_for(
-            CFG, SHIPPED, clock, db.sessions(engine), observer, kube, {}, providers
+            CFG, SHIPPED, clock, database.sessions(engine), observer, kube, {}, providers
         )
         reconciler.run_once()
-        with db.sessions(engine)() as s:
+        with database.sessions(engine)() as s:
             pools = list(s.scalars(select(Pool).order_by(Pool.id)))
             planned = s.scalars(select(Dispatch).where(Dispatch.state == "planned")).all()
             assert [d.pool_id for d in planned] == [pools[-1].id]  # the job waits on the last
@@ -66,7 +68,7 @@ def test_a_capacity_refusal_is_followed_by_the_next_best_offer_in_the_same_pass(
     local = KubeObjects(kube)
     local.ensure_namespace("cms-ml")
     local.batch.create_namespaced_job(
-        "cms-ml", _job("needs-a-cloud", 2, deadline="1h"), _preload_content=False
+        "cms-ml", job_manifest("needs-a-cloud", 2, deadline="1h"), _preload_content=False
     )
     ((_, _, cheapest),) = one_pass(kube, tmp_path / "free", SimSettings())
     refused, chosen = one_pass(kube, tmp_path / "short", SimSettings(capacity={cheapest: 0}))

@@ -11,10 +11,10 @@ from kubernetes import client
 
 from burst.clock import SystemClock
 from burst.config import Replication
-from burst.events import EventRecorder
-from burst.replicate import KubeObjects, Replicator
+from burst.kube.events import EventRecorder
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import Syncer
 from burst.sandbox import Sandbox, gpu_node
-from burst.sync import Syncer
 from tests.conftest import wait_for
 
 RULES = Replication(image_registries=["registry.cern.ch"], secrets=["wandb-api-key"])
@@ -194,7 +194,7 @@ def test_a_same_named_remote_job_that_is_not_ours_is_left_alone(
     )
     job = local.read("Job", "cms-ml", "clash")
     assert job is not None
-    from burst.translate import remote_name
+    from burst.kube.translate import remote_name
 
     name = remote_name("clash", job["metadata"]["uid"])
     remote.ensure_namespace("burst-cms-ml")
@@ -337,7 +337,7 @@ def test_a_lost_remote_cluster_requeues_its_workloads(kube: Any) -> None:
     from datetime import timedelta
 
     from burst.clock import FakeClock
-    from burst.sync import RemoteHealth
+    from burst.kube.sync import RemoteHealth
 
     local = setup_local(kube)
     client.BatchV1Api(kube).create_namespaced_job(

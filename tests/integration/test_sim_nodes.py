@@ -7,10 +7,10 @@ from typing import Any
 
 from kubernetes import client
 
-from burst import catalog
 from burst.clock import FakeClock
+from burst.cloud import catalog
+from burst.cloud.provider import PoolSpec
 from burst.model import OfferKey
-from burst.provider import PoolSpec
 from providers.sim import SimCloud, SimProvider, SimSettings
 
 OFFER = OfferKey("gcp", "europe-west4", "n1-standard-8", "spot", "T4", 1)

@@ -9,10 +9,12 @@ from typing import Any
 from kubernetes import client
 
 from burst.clock import SystemClock
-from burst.events import EventRecorder
+from burst.kube.events import EventRecorder
+from burst.kube.observe import Observer
+from burst.kube.shapes import catalog_gpu
+from burst.kube.watch import ResourceCache
 from burst.sandbox import Sandbox, gpu_node
 from burst.sandbox.server import ApiServer
-from burst.watch import Observer, ResourceCache, catalog_gpu
 from tests.conftest import wait_for
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from burst.bound import BoundJob, grid_step, lower_bound, onprem_work
+from burst.sim.bound import BoundJob, grid_step, lower_bound, onprem_work
 
 
 def job(release: int, deadline: int, work: int, price: float, width: int = 64) -> BoundJob:

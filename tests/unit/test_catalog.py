@@ -7,11 +7,11 @@ from decimal import Decimal
 
 import pytest
 
-from burst import catalog
+from burst.amounts import Money
 from burst.clock import FakeClock
+from burst.cloud import catalog
 from burst.config import CatalogOverrides, ExcludeRule, PriceOverride
 from burst.model import Offer
-from burst.money import Money
 from tests.conftest import ROOT, SHARED
 
 SHIPPED = catalog.shipped()

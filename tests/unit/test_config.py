@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from burst import catalog
+from burst.cloud import catalog
 from burst.config import (
     ConfigError,
     SelectorRequirement,

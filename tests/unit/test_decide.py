@@ -13,7 +13,9 @@ from datetime import timedelta
 
 import pytest
 
-from burst import catalog, decide
+from burst import decide
+from burst.amounts import Money
+from burst.cloud import catalog
 from burst.config import Config
 from burst.model import (
     BudgetView,
@@ -29,7 +31,6 @@ from burst.model import (
     RunningWorkload,
     Snapshot,
 )
-from burst.money import Money
 from tests.builders import NOW, TARGETS, make_config, policy_spec, workload
 
 CATALOG = catalog.shipped()

@@ -13,8 +13,11 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from burst import catalog, decide
+from burst import decide
+from burst.amounts import Money
+from burst.cloud import catalog
 from burst.config import Config
+from burst.decide.onprem import estimate_all
 from burst.model import (
     BudgetView,
     CreatePool,
@@ -28,8 +31,6 @@ from burst.model import (
     Snapshot,
     Workload,
 )
-from burst.money import Money
-from burst.onprem import estimate_all
 from tests.builders import NOW, make_config, policy_spec
 
 CATALOG = catalog.shipped()

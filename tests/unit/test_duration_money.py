@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burst.duration import DurationError, format_duration, parse_duration
-from burst.money import CurrencyError, Money, check_currency, to_micros
+from burst.amounts import CurrencyError, Money, check_currency, to_micros
+from burst.durations import DurationError, format_duration, parse_duration
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from burst import logs
+from burst.service import logs
 
 
 def test_json_lines(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burst.meter import BILLING, BillingRule, PoolHistory, Use, instances, meter
+from burst.money.meter import BILLING, BillingRule, PoolHistory, Use, instances, meter
 
 T0 = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 

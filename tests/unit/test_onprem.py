@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from burst.decide.onprem import estimate_all
 from burst.model import OnPrem, RunningWorkload
-from burst.onprem import estimate_all
 from tests.builders import NOW, workload
 
 H = timedelta(hours=1)

@@ -10,7 +10,8 @@ from tests.conftest import ROOT
 
 PROBE = """
 import sys
-from burst import catalog, config
+from burst import config
+from burst.cloud import catalog
 from burst.clock import SystemClock
 import providers
 shipped = catalog.shipped()

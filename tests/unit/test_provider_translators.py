@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from burst.model import OfferKey
-from burst.provider import (
+from burst.cloud.provider import (
     CapacityUnavailable,
     InvalidRequest,
     PoolNotFound,
@@ -16,6 +15,7 @@ from burst.provider import (
     TokenBucket,
     with_retries,
 )
+from burst.model import OfferKey
 from providers import aws, azure, gcp
 
 SPEC = PoolSpec(

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from burst import catalog
 from burst.clock import FakeClock
+from burst.cloud import catalog
+from burst.cloud.provider import CapacityUnavailable, InvalidRequest, PoolNotFound, PoolSpec
 from burst.model import OfferKey
-from burst.provider import CapacityUnavailable, InvalidRequest, PoolNotFound, PoolSpec
 from providers.sim import LATENCY, SimCloud, SimProvider, SimSettings
 
 SPOT = OfferKey("gcp", "europe-west4", "n1-standard-8", "spot", "T4", 1)

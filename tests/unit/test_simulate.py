@@ -7,10 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from burst import baselines, catalog, config, simulate
+from burst import config
+from burst.amounts import Money
+from burst.cloud import catalog
 from burst.model import CLOUDS, Action, CreatePool, Dispatch, ResizePool
-from burst.money import Money
-from burst.trace import SimJob
+from burst.sim import baselines, simulate
+from burst.sim.state import START, CloudModel
+from burst.sim.trace import SimJob
 from providers.sim import Latency
 from tests.conftest import ROOT
 
@@ -20,7 +23,7 @@ assert CFG.service is not None
 OFFERS = SHIPPED.with_overrides(CFG.service.spec.catalog)
 POLICY = simulate.policy_of(CFG)
 # Clouds that answer in exactly five minutes and never fail: figures a reader can check.
-STEADY = simulate.CloudModel(
+STEADY = CloudModel(
     shortage=0,
     launch_failure=0,
     spot_interruptions_per_hour=0,
@@ -32,7 +35,7 @@ def job(name: str, submit: int, duration: int, gpus: int, deadline: int) -> SimJ
     return SimJob(name, submit, duration, gpus, 1, gpus, deadline, "cms-ml")
 
 
-def replay(policy: simulate.Policy, jobs: list[SimJob], clouds: simulate.CloudModel = STEADY):
+def replay(policy: simulate.Policy, jobs: list[SimJob], clouds: CloudModel = STEADY):
     world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=clouds)
     return world, world.run(policy)
 
@@ -100,7 +103,7 @@ def test_no_pool_goes_while_a_job_runs_on_it() -> None:
         ),
         key=lambda j: (j.submit, j.job_id),
     )
-    clouds = simulate.CloudModel(shortage=0.05, launch_failure=0.05, spot_interruptions_per_hour=0)
+    clouds = CloudModel(shortage=0.05, launch_failure=0.05, spot_interruptions_per_hour=0)
     world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=2, clouds=clouds)
     out = world.run(simulate.Burst(CFG))
     assert out.burst_jobs > 50 and out.pools_created < out.burst_jobs  # pools were shared
@@ -136,7 +139,7 @@ class GrowOnePool:
                 actions.append(CreatePool("p", "gcp", "ml", offer.key, 1, offer.hourly, "", zero))
             else:
                 actions.append(ResizePool("p", self.nodes, "", zero))
-            actions.append(Dispatch(str(i), "p", "gcp", "", zero, simulate.START))
+            actions.append(Dispatch(str(i), "p", "gcp", "", zero, START))
         return actions
 
 
@@ -180,7 +183,7 @@ def test_the_same_seed_gives_the_same_result() -> None:
         ),
         key=lambda j: (j.submit, j.job_id),
     )
-    clouds = simulate.CloudModel(shortage=0.2, launch_failure=0.1, spot_interruptions_per_hour=1)
+    clouds = CloudModel(shortage=0.2, launch_failure=0.1, spot_interruptions_per_hour=1)
     first = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=5, clouds=clouds).run(
         simulate.Burst(CFG)
     )

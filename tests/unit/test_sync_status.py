@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from burst.money import Money
-from burst.sync import remote_phase, status_update
+from burst.amounts import Money
+from burst.kube.sync import remote_phase, status_update
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LOCAL = {"kind": "Job", "metadata": {"name": "j", "annotations": {}}}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from burst import trace
+from burst.sim import trace
 
 SHIPPED = Path(__file__).parents[2] / "burst" / "data" / "traces"
 

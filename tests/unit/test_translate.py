@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from burst.config import Replication
-from burst.translate import registry_allowed, remote_name, translate
+from burst.kube.translate import registry_allowed, remote_name, translate
 
 RULES = Replication(
     image_registries=["registry.cern.ch", "docker.io/pytorch"],

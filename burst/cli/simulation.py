@@ -1,0 +1,117 @@
+"""`burst simulate`: replay a job trace through burst's decision and simulated clouds on virtual
+time, beside the baselines and a lower bound."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from burst.cli.options import ConfigOption, OutOption, fail, require_config
+
+
+def simulate_cmd(
+    trace_file: Annotated[
+        str,
+        typer.Option(
+            "--trace",
+            "-t",
+            help="Trace CSV (job_id, submit_time, duration_s, gpus[, user|queue]), "
+            "or a shipped one: philly, openb.",
+        ),
+    ],
+    config_path: ConfigOption = None,
+    onprem_gpus: Annotated[
+        int | None, typer.Option(help="On-prem GPUs (default: 0.8 x the mean GPU demand).")
+    ] = None,
+    onprem: Annotated[
+        str | None, typer.Option(help='On-prem GPUs per product, e.g. "V100:32,T4:16".')
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of deadlines, teams and clouds.")] = 1,
+    deadline_slack: Annotated[
+        str, typer.Option(help="Deadline = submit + slack x runtime: uniform:LO:HI or fixed:X.")
+    ] = "uniform:1.5:4",
+    policy_name: Annotated[
+        str | None, typer.Option("--policy", help="The BurstPolicy trace jobs fall under.")
+    ] = None,
+    with_baselines: Annotated[
+        bool,
+        typer.Option("--baselines", help="Also run never, no-wait, constant- and compute-wait."),
+    ] = False,
+    sweep: Annotated[
+        bool, typer.Option(help="Vary each policy's main knob: cost against completion time.")
+    ] = False,
+    fmt: Annotated[Literal["text", "json", "html"], typer.Option("--format", "-f")] = "text",
+    out: OutOption = None,
+) -> None:
+    """Replay a job trace through burst's decision and simulated clouds, on virtual time; compare
+    it with the baselines and with a lower bound on the cloud cost of meeting every deadline."""
+    from burst.cloud import catalog
+    from burst.sim import compare, simulate, trace
+
+    cfg = require_config(config_path, "simulate")
+    if cfg.service is None:
+        raise fail(f"{config_path}: no ServiceConfig (its targets are the simulated clouds)")
+    shipped_traces = {
+        "philly": "microsoft-philly-2017-public.csv",
+        "openb": "alibaba-openb-2023-public.csv",
+    }
+    path = (
+        Path(str(resources.files("burst").joinpath("data", "traces", shipped_traces[trace_file])))
+        if trace_file in shipped_traces
+        else Path(trace_file)
+    )
+    try:
+        policy = simulate.policy_of(cfg, policy_name)
+        raw = trace.read(path)
+        slack = trace.slack_rule(deadline_slack)
+        if onprem is not None and onprem_gpus is not None:
+            raise trace.TraceError("give --onprem or --onprem-gpus, not both")
+        if onprem is not None:
+            sizes = trace.onprem_spec(onprem)
+        else:
+            sizes = {"V100": onprem_gpus if onprem_gpus is not None else trace.onprem_gpus(raw)}
+    except (trace.TraceError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    spec = cfg.service.spec
+    jobs = trace.derive(
+        raw,
+        teams=policy.spec.selector.namespaces,
+        allowance_s=simulate.deadline_allowance(cfg, policy),
+        slack=slack,
+        seed=seed,
+    )
+    offers = catalog.shipped().with_overrides(spec.catalog)
+    from rich.console import Console
+    from rich.progress import Progress
+
+    errors = Console(stderr=True)
+    with Progress(console=errors, transient=True, disable=not errors.is_terminal) as bar:
+        tasks: dict[str, Any] = {}
+
+        def progress(label: str, share: float) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=1.0)
+            bar.update(tasks[label], completed=share)
+
+        result = compare.compare(
+            path.name,
+            jobs,
+            sizes,
+            cfg,
+            policy,
+            offers,
+            seed=seed,
+            slack=deadline_slack,
+            include_baselines=with_baselines,
+            sweep=sweep,
+            progress=progress,
+        )
+    text = compare.render(result, cfg, fmt)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
+        errors.print(f"wrote {out}")

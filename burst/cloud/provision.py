@@ -1,0 +1,326 @@
+"""Carry out pool actions through a Provider, with the intent in the database before each cloud call.
+
+A pool's row is written (state `requested`, with its idempotency token) before `create_pool` is
+called, so a crash between the two leaves a row the next pass completes with the same token; every
+state change is a PoolEvent, which the meter reads. A capacity error marks the offer unavailable for
+a while (the next plan picks the next-best offer); other errors fail the pool with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from burst import failpoints
+from burst.clock import Clock
+from burst.cloud.backoff import Backoffs
+from burst.cloud.catalog import UnavailableOffers
+from burst.cloud.provider import (
+    CapacityUnavailable,
+    PoolNotFound,
+    PoolSpec,
+    Provider,
+    ProviderError,
+)
+from burst.metrics import PROVIDER_CALLS
+from burst.model import CapacityType, Cloud, CreatePool, OfferKey, PoolState, PoolView
+from burst.store.tables import Pool, PoolEvent
+
+log = logging.getLogger(__name__)
+LIVE = ("requested", "creating", "ready", "draining")
+DEFAULT_LAUNCH_TIMEOUT = timedelta(minutes=45)  # the slowest GPU pools take tens of minutes
+
+
+def _event(
+    session: Session, pool: Pool, to: str, nodes: int, at: datetime, reason: str | None, epoch: int
+) -> None:
+    session.add(
+        PoolEvent(
+            pool_id=pool.id,
+            at=at,
+            from_state=pool.state,
+            to_state=to,
+            nodes=nodes,
+            reason=reason,
+            epoch=epoch,
+        )
+    )
+    pool.state, pool.nodes_desired, pool.updated_at = to, nodes, at
+    if reason:
+        pool.state_reason = reason
+
+
+def offer_of(row: Pool) -> OfferKey:
+    """The offer a pool row was launched from (`provider` is the cloud whose offer it is; a
+    simulated target borrows one)."""
+    return OfferKey(
+        cast(Cloud, row.provider),
+        row.region,
+        row.instance_type,
+        cast(CapacityType, row.capacity),
+        row.accelerator,
+        row.gpus_per_node,
+    )
+
+
+class Provisioner:
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        clock: Clock,
+        unavailable: UnavailableOffers,
+        installation: str,
+        epoch: int = 1,
+        launch_timeouts: Mapping[str, timedelta] | None = None,
+    ) -> None:
+        self.providers, self.clock, self.unavailable = providers, clock, unavailable
+        self.backoffs = Backoffs(unavailable)
+        self.installation, self.epoch = installation, epoch
+        # Per target: how long a pool may take to be ready before it counts as failed.
+        self.launch_timeouts = dict(launch_timeouts or {})
+        self._restored = False
+
+    def call(self, target: str, operation: str, *args: Any) -> Any:
+        """A provider call, timed and counted by outcome (ok, or the error's type)."""
+        start = time.perf_counter()
+        outcome = "ok"
+        try:
+            return getattr(self.providers[target], operation)(*args)
+        except ProviderError as exc:
+            outcome = type(exc).__name__
+            raise
+        finally:
+            PROVIDER_CALLS.labels(target, operation, outcome).observe(time.perf_counter() - start)
+
+    def launch_timeout(self, row: Pool) -> timedelta:
+        return self.launch_timeouts.get(row.target, DEFAULT_LAUNCH_TIMEOUT)
+
+    def create(self, session: Session, action: CreatePool) -> Pool:
+        now = self.clock.now()
+        row = Pool(
+            name=action.pool,
+            token=uuid.uuid4().hex,
+            target=action.target,
+            provider=action.offer.cloud,
+            region=action.offer.region,
+            instance_type=action.offer.instance_type,
+            capacity=action.offer.capacity,
+            accelerator=action.offer.accelerator,
+            gpus_per_node=action.offer.gpus,
+            nodes_desired=action.nodes,
+            policy=action.policy,
+            state="requested",
+            unit_price_micros=action.hourly.micros,
+            currency=action.hourly.currency,
+            price_source="catalog",
+            epoch=self.epoch,
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(row)
+        session.flush()
+        session.add(
+            PoolEvent(
+                pool_id=row.id,
+                at=now,
+                from_state=None,
+                to_state="requested",
+                nodes=action.nodes,
+                reason=action.reason,
+                epoch=self.epoch,
+            )
+        )
+        session.commit()  # the intent is durable before the cloud hears of it
+        failpoints.hit("pool-intent-recorded")
+        self.complete(session, row)
+        return row
+
+    def spec(self, row: Pool) -> PoolSpec:
+        return PoolSpec(
+            name=row.name,
+            offer=offer_of(row),
+            nodes=row.nodes_desired,
+            owner=self.installation,
+            policy=row.policy,
+            epoch=row.epoch,
+        )
+
+    def complete(self, session: Session, row: Pool) -> None:
+        """Ask the cloud for a `requested` pool (again, with the same token, after a crash)."""
+        now = self.clock.now()
+        try:
+            pool = self.call(row.target, "create_pool", self.spec(row), row.token)
+        except CapacityUnavailable as exc:
+            self.backoffs.mark(session, self.spec(row).offer)
+            _event(session, row, "failed", 0, now, f"capacity: {exc.message}", self.epoch)
+            session.commit()
+            return
+        except ProviderError as exc:
+            if exc.retryable:
+                log.warning("pool %s: %s; will try again", row.name, exc.message)
+                return
+            _event(session, row, "failed", 0, now, exc.message, self.epoch)
+            session.commit()
+            return
+        failpoints.hit("pool-created-in-cloud")
+        row.external_id = pool.external_id
+        _event(
+            session,
+            row,
+            "ready" if pool.phase == "ready" else "creating",
+            pool.nodes,
+            now,
+            None,
+            self.epoch,
+        )
+        if pool.phase == "ready":
+            row.ready_at = now
+        session.commit()
+
+    def refresh(self, session: Session) -> None:
+        """Follow creating and resizing pools to ready (or failed)."""
+        if not self._restored:
+            self.backoffs.restore(session)
+            self._restored = True
+        for row in session.scalars(
+            select(Pool).where(Pool.state.in_(("requested", "creating")))
+        ).all():
+            if row.state == "requested":
+                self.complete(session, row)
+                continue
+            try:
+                pool = self.call(row.target, "get_pool", row.name)
+            except PoolNotFound:
+                _event(
+                    session,
+                    row,
+                    "failed",
+                    0,
+                    self.clock.now(),
+                    "the cloud lost the pool",
+                    self.epoch,
+                )
+                continue
+            except ProviderError as exc:
+                log.warning("pool %s: %s", row.name, exc.message)
+                continue
+            if pool.phase == "ready":
+                row.ready_at = self.clock.now()
+                self.backoffs.recovered(session, self.spec(row).offer)
+                _event(session, row, "ready", pool.nodes, self.clock.now(), None, self.epoch)
+            elif pool.phase == "failed":
+                self.backoffs.mark(session, self.spec(row).offer)
+                _event(session, row, "failed", 0, self.clock.now(), pool.message, self.epoch)
+            elif self.clock.now() - row.created_at > self.launch_timeout(row):
+                # Never became ready: give up on it, back the offer off, and let the pool go.
+                waited = self.clock.now() - row.created_at
+                self.backoffs.mark(session, self.spec(row).offer)
+                _event(
+                    session,
+                    row,
+                    "failed",
+                    row.nodes_desired,
+                    self.clock.now(),
+                    f"not ready after {int(waited.total_seconds())} s (launch timeout)",
+                    self.epoch,
+                )
+                try:
+                    self.call(row.target, "delete_pool", row.name)
+                except ProviderError as exc:
+                    log.warning("pool %s: %s", row.name, exc.message)
+        session.commit()
+
+    def resize(self, session: Session, name: str, nodes: int) -> None:
+        row = session.scalar(select(Pool).where(Pool.name == name))
+        if row is None or row.state not in LIVE:
+            return
+        try:
+            pool = self.call(row.target, "resize_pool", name, nodes)
+        except ProviderError as exc:
+            log.warning("resize %s: %s", name, exc.message)
+            return
+        _event(
+            session,
+            row,
+            "ready" if pool.phase == "ready" else "creating",
+            nodes,
+            self.clock.now(),
+            None,
+            self.epoch,
+        )
+        session.commit()
+
+    def delete(self, session: Session, name: str, reason: str) -> Pool | None:
+        """Delete in the cloud (again, if a pass died half way); the caller meters, then marks it deleted."""
+        row = session.scalar(select(Pool).where(Pool.name == name))
+        if row is None or row.state in ("deleted", "failed"):
+            return None
+        if row.state != "deleting":
+            _event(
+                session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch
+            )
+            session.commit()
+        try:
+            self.call(row.target, "delete_pool", name)
+        except ProviderError as exc:
+            log.warning("delete %s: %s; will try again", name, exc.message)
+            return None
+        failpoints.hit("pool-deleted-in-cloud")
+        if row.deleted_at is None:
+            row.deleted_at = self.clock.now()
+            session.commit()
+        return row
+
+    def mark_deleted(self, session: Session, row: Pool) -> None:
+        _event(
+            session,
+            row,
+            "deleted",
+            0,
+            row.deleted_at or self.clock.now(),
+            row.state_reason,
+            self.epoch,
+        )
+        session.commit()
+
+    def deleting(self, session: Session) -> list[Pool]:
+        return list(session.scalars(select(Pool).where(Pool.state == "deleting")))
+
+
+def pool_views(
+    session: Session, used: Mapping[str, list[int]], idle_since: Mapping[str, datetime]
+) -> list[PoolView]:
+    """Live pools as the decision sees them; `used` gives GPUs taken per pool's workloads."""
+    out = []
+    for row in session.scalars(
+        select(Pool).where(Pool.state.in_(("requested", "creating", "ready")))
+    ):
+        free = [row.gpus_per_node] * row.nodes_desired
+        for gpus in used.get(row.name, []):
+            for i, f in enumerate(free):
+                if f >= gpus:
+                    free[i] = f - gpus
+                    break
+        offer = offer_of(row)
+        state: PoolState = "ready" if row.state == "ready" else "creating"
+        out.append(
+            PoolView(
+                name=row.name,
+                target=row.target,
+                policy=row.policy,
+                offer=offer,
+                nodes=row.nodes_desired,
+                state=state,
+                created=row.created_at,
+                free_gpus=tuple(free),
+                idle_since=idle_since.get(row.name),
+            )
+        )
+    return out

@@ -1,0 +1,401 @@
+"""The admins' YAML documents: ServiceConfig, BurstPolicy and Budget, as strict pydantic models
+(unknown keys are errors, camelCase in YAML, units in field names). load.py reads and cross-checks
+them; every step receives the models from the composition root."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from decimal import Decimal
+from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from burst.amounts import check_currency, to_micros
+from burst.durations import parse_duration
+from burst.model import Cloud
+
+API_VERSION = "burst.dev/v1"
+KINDS = ("ServiceConfig", "BurstPolicy", "Budget")
+DEFAULT_DATABASE_URL = "sqlite:///burst.db"
+# Requests for GPU slices (`nvidia.com/mig-1g.5gb`, `nvidia.com/gpu.shared`) as the watch names them.
+SLICED = re.compile(r"mig-\d+g\.\d+gb|gpu\.shared")
+# Typical time from asking for a GPU node pool to schedulable nodes (managed node group / node
+# pool / agent pool creation plus GPU driver start-up); targets may set their own.
+DEFAULT_PROVISIONING: Mapping[Cloud, timedelta] = {
+    "aws": timedelta(minutes=10),
+    "gcp": timedelta(minutes=8),
+    "azure": timedelta(minutes=12),
+}
+
+# --- field types --------------------------------------------------------------------------------
+
+
+def _duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("a duration is text such as 90s, 10m, 1h30m, 2d")
+    return parse_duration(value)
+
+
+def _amount(value: object) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, str | int | Decimal):
+        raise ValueError("an amount is a decimal number such as 12.40")
+    micros = to_micros(value)
+    if micros < 0:
+        raise ValueError("an amount cannot be negative")
+    return Decimal(micros) / 1_000_000
+
+
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _name(value: str) -> str:
+    if len(value) > 63 or not _NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a valid name: lower-case letters, digits and '-', at most 63 characters"
+        )
+    return value
+
+
+Duration = Annotated[timedelta, PlainValidator(_duration)]
+Amount = Annotated[Decimal, PlainValidator(_amount)]
+Currency = Annotated[str, AfterValidator(check_currency)]
+Name = Annotated[str, AfterValidator(_name)]
+Percent = Annotated[Decimal, Field(ge=0, le=100)]
+Provider = Literal["aws", "gcp", "azure", "sim"]
+CapacityPolicy = Literal["on-demand", "spot", "spot-if-slack"]
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors; YAML keys are the camelCase aliases of the fields."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+    )
+
+
+class Metadata(Strict):
+    name: Name
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+# --- ServiceConfig ------------------------------------------------------------------------------
+
+
+class DatabaseSpec(Strict):
+    """`url` without a password; the password, if any, comes from a mounted file."""
+
+    url: str = DEFAULT_DATABASE_URL
+    password_file: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _no_inline_password(cls, url: str) -> str:
+        if urlsplit(url).password:
+            raise ValueError(
+                "the database URL must not contain a password: mount it as a file and set passwordFile"
+            )
+        return url
+
+
+class KubernetesAccess(Strict):
+    """How burst reaches a cluster's API: a kubeconfig (and context), or in-cluster credentials."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Self:
+        if self.in_cluster and self.kubeconfig:
+            raise ValueError("set either inCluster or kubeconfig, not both")
+        return self
+
+
+class AwsCluster(Strict):
+    """An EKS cluster; credentials from the AWS chain, optionally a named profile or a role."""
+
+    cluster_name: str
+    node_role_arn: str | None = None
+    subnet_ids: list[str] = []
+    profile: str | None = None  # a named profile; it may assume a role (role_arn in ~/.aws/config)
+    ami_type: str = "AL2023_x86_64_NVIDIA"
+
+
+class GcpCluster(Strict):
+    """A GKE cluster; credentials from Application Default Credentials or a mounted key file."""
+
+    project: str
+    location: str
+    cluster: str
+    credentials_file: str | None = None
+
+
+class AzureCluster(Strict):
+    """An AKS cluster; credentials from azure-identity's DefaultAzureCredential chain."""
+
+    subscription_id: str
+    resource_group: str
+    cluster: str
+    managed_identity_client_id: str | None = None
+
+
+class SimCluster(Strict):
+    """A simulated cloud that prices and names its offers like `cloud`."""
+
+    cloud: Cloud
+    cluster: str = "remote"
+
+
+class TargetSpec(Strict):
+    name: Name
+    provider: Provider
+    region: str
+    aws: AwsCluster | None = None
+    gcp: GcpCluster | None = None
+    azure: AzureCluster | None = None
+    sim: SimCluster | None = None
+    kubernetes: KubernetesAccess = KubernetesAccess()
+    remote_namespace: str = "{namespace}"
+    # How long a new GPU pool takes to be ready here; the decision adds it to every estimate.
+    provisioning_estimate: Duration | None = None
+    # Expected interruptions per spot node-hour here, if known: the decision then prices a spot
+    # run with its expected restarts (each from scratch), so long runs on many nodes stay off spot.
+    spot_interruptions_per_hour: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_cluster_block(self) -> Self:
+        blocks = {"aws": self.aws, "gcp": self.gcp, "azure": self.azure, "sim": self.sim}
+        if blocks[self.provider] is None:
+            raise ValueError(
+                f"provider {self.provider} needs a '{self.provider}' block with its cluster"
+            )
+        extra = [k for k, v in blocks.items() if v is not None and k != self.provider]
+        if extra:
+            raise ValueError(f"provider is {self.provider}: remove the {', '.join(extra)} block")
+        return self
+
+    @property
+    def provisioning(self) -> timedelta:
+        return self.provisioning_estimate or DEFAULT_PROVISIONING[self.cloud]
+
+    @property
+    def cloud(self) -> Cloud:
+        """Whose offers and prices this target uses (a simulated target borrows a real cloud's)."""
+        if self.provider == "sim":
+            assert self.sim is not None
+            return self.sim.cloud
+        return self.provider
+
+
+class Intervals(Strict):
+    reconcile: Duration = timedelta(seconds=30)
+    sync: Duration = timedelta(seconds=15)
+    teardown: Duration = timedelta(minutes=1)
+    meter: Duration = timedelta(minutes=1)
+    orphan_gc: Duration = timedelta(minutes=10)
+    price_refresh: Duration = timedelta(hours=6)
+
+
+class ApiSpec(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    token_file: str | None = None
+
+
+class LeaderElection(Strict):
+    namespace: str = "burst-system"
+    lease_name: str = "burst-leader"
+    lease_duration: Duration = timedelta(seconds=15)
+
+
+class ExcludeRule(Strict):
+    cloud: Cloud | None = None
+    instance_type: str = "*"
+    region: str = "*"
+
+
+class PriceOverride(Strict):
+    cloud: Cloud
+    region: str
+    instance_type: str
+    capacity: Literal["on-demand", "spot"] = "on-demand"
+    gpus: int | None = Field(default=None, ge=1)
+    hourly_price_usd: Amount
+
+
+class CatalogOverrides(Strict):
+    """Negotiated discounts per cloud, explicit prices and excluded instance types."""
+
+    discount_percent: dict[Cloud, Percent] = {}
+    prices: list[PriceOverride] = []
+    exclude: list[ExcludeRule] = []
+
+
+class ServiceSpec(Strict):
+    installation_id: Name
+    database: DatabaseSpec = DatabaseSpec()
+    on_prem: KubernetesAccess = KubernetesAccess()
+    label_prefix: str = "burst.dev/"
+    team_label: str = "burst.dev/team"
+    targets: list[TargetSpec] = []
+    intervals: Intervals = Intervals()
+    api: ApiSpec = ApiSpec()
+    leader_election: LeaderElection = LeaderElection()
+    catalog: CatalogOverrides = CatalogOverrides()
+    # Units of each currency per 1 USD (catalog prices are USD); needed for any policy or budget
+    # that is not in USD.
+    usd_exchange_rates: dict[Currency, Amount] = {}
+
+    @model_validator(mode="after")
+    def _unique_targets(self) -> Self:
+        names = [t.name for t in self.targets]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"target names must be unique: {', '.join(dup)}")
+        return self
+
+
+# --- BurstPolicy --------------------------------------------------------------------------------
+
+
+class SelectorRequirement(Strict):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = []
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> Self:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs values")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class WorkloadSelector(Strict):
+    """Which workloads a policy claims: namespaces (none listed = all) and Kubernetes label selectors."""
+
+    namespaces: list[str] = []
+    match_labels: dict[str, str] = {}
+    match_expressions: list[SelectorRequirement] = []
+
+
+class Trigger(Strict):
+    deadline_safety_margin: Duration = timedelta(minutes=15)
+    max_pending_wait: Duration | None = None
+    quota_exhausted: bool = False
+
+
+class Placement(Strict):
+    targets: list[str] = Field(min_length=1)
+    # Requested GPU -> GPUs it may run on instead; a GPU not listed runs only on itself.
+    accelerators: dict[str, list[str]] = {}
+    capacity: CapacityPolicy = "on-demand"
+
+
+class Limits(Strict):
+    currency: Currency = "USD"
+    max_hourly_price: Amount | None = None
+    max_nodes_per_pool: int = Field(default=8, ge=1)
+    max_pools: int = Field(default=4, ge=1)
+    max_cost_per_job: Amount | None = None
+
+
+class TeardownSpec(Strict):
+    idle_ttl: Duration = timedelta(minutes=10)
+    max_lifetime: Duration = timedelta(hours=24)
+
+
+class Replication(Strict):
+    image_registries: list[str] = Field(min_length=1)
+    secrets: list[str] = []
+    config_maps: list[str] = []
+    allow_service_account_token: bool = False
+
+
+class PolicyDefaults(Strict):
+    expected_runtime: Duration = timedelta(hours=4)
+
+
+class PolicySpec(Strict):
+    team: str | None = None
+    selector: WorkloadSelector = WorkloadSelector()
+    trigger: Trigger = Trigger()
+    placement: Placement
+    limits: Limits = Limits()
+    teardown: TeardownSpec = TeardownSpec()
+    replication: Replication
+    defaults: PolicyDefaults = PolicyDefaults()
+
+
+# --- Budget -------------------------------------------------------------------------------------
+
+
+class BudgetScope(Strict):
+    team: str | None = None
+    policy: str | None = None
+    namespace: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if sum(v is not None for v in (self.team, self.policy, self.namespace)) != 1:
+            raise ValueError("a budget scope names exactly one of team, policy or namespace")
+        return self
+
+
+class BudgetSpec(Strict):
+    scope: BudgetScope
+    period: Literal["month", "week", "day"]
+    amount: Amount
+    currency: Currency
+    enforcement: Literal["hard", "soft"] = "hard"
+    alert_thresholds_percent: list[Annotated[int, Field(ge=1, le=1000)]] = [50, 80, 100]
+
+
+# --- documents ----------------------------------------------------------------------------------
+
+
+class BurstDocument(Strict):
+    api_version: Literal["burst.dev/v1"]
+    metadata: Metadata
+
+
+class ServiceConfig(BurstDocument):
+    kind: Literal["ServiceConfig"]
+    spec: ServiceSpec
+
+
+class BurstPolicy(BurstDocument):
+    kind: Literal["BurstPolicy"]
+    spec: PolicySpec
+
+
+class Budget(BurstDocument):
+    kind: Literal["Budget"]
+    spec: BudgetSpec
+
+
+MODELS: Mapping[str, type[BurstDocument]] = {
+    "ServiceConfig": ServiceConfig,
+    "BurstPolicy": BurstPolicy,
+    "Budget": Budget,
+}

@@ -1,0 +1,113 @@
+"""Step 3 of the decision: caps and budgets. What a placement may cost: the policy's and the job's
+maximum cost, and every budget the workload falls under (a hard budget is never exceeded; each
+placement in a plan reserves its estimate, so later ones see less left). Prices are catalog USD;
+caps and budgets are in their own currencies, converted so that estimates never undershoot."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import ROUND_CEILING, Decimal
+
+from burst.amounts import Money
+from burst.cloud.catalog import CATALOG_CURRENCY
+from burst.config import BurstPolicy
+from burst.model import BudgetView, Workload
+
+
+class PlanError(ValueError):
+    """The configuration cannot be planned with (no ServiceConfig, a missing exchange rate)."""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Units of each currency per USD; catalog prices are USD."""
+
+    per_usd: Mapping[str, Decimal]
+
+    def _rate(self, currency: str) -> Decimal:
+        if currency == CATALOG_CURRENCY:
+            return Decimal(1)
+        rate = self.per_usd.get(currency)
+        if rate is None:
+            raise PlanError(f"no usdExchangeRates.{currency} in the ServiceConfig")
+        return rate
+
+    def from_usd(self, micros: int, currency: str) -> Money:
+        """USD to `currency`, rounded up: estimates never undershoot a cap."""
+        scaled = (Decimal(micros) * self._rate(currency)).to_integral_value(ROUND_CEILING)
+        return Money(int(scaled), currency)
+
+    def to_usd(self, money: Money) -> int:
+        """`money` in USD micro-units, rounded down: a cap converted never grows."""
+        return int(Decimal(money.micros) / self._rate(money.currency))
+
+
+def node_cost(hourly_micros: int, nodes: int, duration: timedelta) -> int:
+    return math.ceil(hourly_micros * nodes * int(duration.total_seconds()) / 3600)
+
+
+@dataclass
+class Budgets:
+    """What is left of each budget as the plan places workloads."""
+
+    views: Sequence[BudgetView]
+    rates: Rates
+    remaining: dict[str, Money] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.remaining = {b.name: b.remaining for b in self.views}
+
+    def matching(self, w: Workload, policy: str) -> list[BudgetView]:
+        wanted = {("team", w.team), ("policy", policy), ("namespace", w.namespace)}
+        return [b for b in self.views if (b.scope, b.value) in wanted]
+
+    def refusal(self, w: Workload, policy: str, cost_usd: int) -> str | None:
+        for b in self.matching(w, policy):
+            cost = self.rates.from_usd(cost_usd, b.remaining.currency)
+            left = self.remaining[b.name]
+            if b.hard and cost > left:
+                return f"budget {b.name}: {max(left, Money.zero(left.currency))} left, needs {cost}"
+        return None
+
+    def soft_overruns(self, w: Workload, policy: str, cost_usd: int) -> list[str]:
+        notes = []
+        for b in self.matching(w, policy):
+            cost = self.rates.from_usd(cost_usd, b.remaining.currency)
+            if not b.hard and cost > self.remaining[b.name]:
+                notes.append(f"soft budget {b.name} exceeded ({self.remaining[b.name]} left)")
+        return notes
+
+    def charge(self, w: Workload, policy: str, cost_usd: int) -> None:
+        for b in self.matching(w, policy):
+            self.remaining[b.name] -= self.rates.from_usd(cost_usd, b.remaining.currency)
+
+
+@dataclass
+class Caps:
+    """The caps one plan checks every placement against."""
+
+    rates: Rates
+    budgets: Budgets
+
+    def max_cost_usd(self, w: Workload, policy: BurstPolicy) -> int | None:
+        limits = policy.spec.limits
+        caps = []
+        if limits.max_cost_per_job is not None:
+            caps.append(self.rates.to_usd(Money.of(limits.max_cost_per_job, limits.currency)))
+        if w.max_cost is not None:
+            caps.append(self.rates.to_usd(w.max_cost))
+        return min(caps) if caps else None
+
+    def refusal(
+        self, w: Workload, policy: BurstPolicy, cost_usd: int, max_cost_usd: int | None
+    ) -> str | None:
+        if max_cost_usd is not None and cost_usd > max_cost_usd:
+            currency = policy.spec.limits.currency
+            return (
+                f"max cost {self.rates.from_usd(max_cost_usd, currency)} per job, "
+                f"needs {self.rates.from_usd(cost_usd, currency)}"
+            )
+        return self.budgets.refusal(w, policy.metadata.name, cost_usd)

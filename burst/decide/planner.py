@@ -1,0 +1,238 @@
+"""The decision: which pending workloads to burst, where, on what, and why not the others.
+
+`plan(snapshot, catalog, config, now)` is pure: no I/O, no logging, no clock; the same input gives
+the same Plan. The reconcile loop (service/loop.py) feeds it a Snapshot built by kube/watch.py and the
+ledger, and carries the Plan out through cloud/provision.py and kube/replicate.py; `burst plan` and
+the simulator call it the same way. This module runs the rounds; each step has its own module:
+triggers.py (1), placement.py with candidates.py and pools.py (2), caps.py (3).
+
+How it decides, in order:
+1. The on-prem queue is simulated forward (onprem.py) in priority order. A burstable workload that
+   a policy claims *wants* to burst when its estimated on-prem finish misses its deadline minus the
+   policy's safety margin, when it has waited longer than the policy's maximum, when its namespace's
+   GPU quota blocks it and the policy allows that trigger, or when no on-prem GPU group can ever
+   run it. A workload that wants to burst leaves the queue, so those behind it move up.
+2. Wanting workloads are placed most urgent first (least slack): into an existing or just-planned
+   pool with free room if one fits the policy and the deadline, else onto the offer with the lowest
+   total estimated cost (node-hours for provisioning + runtime + the idle tail before teardown),
+   ties broken by the earliest finish, growing a pool of that offer before opening a new one.
+   Spot capacity is used when the policy allows it, and with `spot-if-slack` only when the slack
+   could absorb one interruption (a full restart); where a target knows its spot interruption
+   rate, spot runs are priced and timed with their expected restarts. When no cloud can meet the
+   deadline any more, the soonest cloud finish is placed instead, if it beats the on-prem estimate.
+3. Caps are checked on the way: the policy's max price per node-hour, nodes per pool and pools, the
+   per-job max cost, and every budget the workload falls under (hard budgets are never exceeded;
+   reservations already held are in the snapshot, and each placement in this plan reserves more).
+4. A workload refused in step 2 stays on-prem; the queue is simulated again with it, which may put
+   others behind it at risk; they are placed in a next round.
+Every pending burstable workload ends with an action or a Skip that says why, in words.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from burst.cloud.catalog import Catalog
+from burst.config import BurstPolicy, Config, selector_matches
+from burst.decide.candidates import Candidates, allowed_accelerators, expected_run
+from burst.decide.caps import Budgets, Caps, PlanError, Rates
+from burst.decide.onprem import QueueSweep, queue_order
+from burst.decide.placement import Placement
+from burst.decide.pools import OpenPool, pool_actions
+from burst.decide.triggers import Want, trigger, urgency
+from burst.durations import format_duration
+from burst.model import (
+    Action,
+    CancelDispatch,
+    DeletePool,
+    Plan,
+    PoolView,
+    Skip,
+    Snapshot,
+    Workload,
+)
+
+__all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run", "plan"]
+
+DEFAULT_RUNTIME = timedelta(hours=4)
+MAX_ROUNDS = 4
+REUSABLE_STATES = frozenset({"requested", "creating", "ready"})
+
+
+class _Planner:
+    def __init__(
+        self, snapshot: Snapshot, catalog: Catalog, config: Config, now: datetime, explain: bool
+    ) -> None:
+        if config.service is None:
+            raise PlanError("planning needs the ServiceConfig (targets, exchange rates)")
+        self.snapshot, self.catalog, self.now, self.explain = snapshot, catalog, now, explain
+        self.targets = {t.name: t for t in config.service.spec.targets}
+        rates = Rates(config.service.spec.usd_exchange_rates)
+        self.policies = [config.policies[name] for name in sorted(config.policies)]
+        self.placement = Placement(
+            now,
+            catalog,
+            self.targets,
+            Candidates(catalog, self.targets, config.service.spec.targets, rates),
+            Caps(rates, Budgets(snapshot.budgets, rates)),
+            frozenset(snapshot.unavailable),
+            frozenset(p.name for p in snapshot.pools),
+        )
+        self.actions: list[Action] = []
+        self.skips: dict[str, Skip] = {}
+        self.policy_of: dict[str, BurstPolicy] = {}
+
+    # -- matching --
+
+    def policy_for(self, w: Workload) -> BurstPolicy | None:
+        for p in self.policies:
+            if selector_matches(p.spec.selector, w.namespace, w.labels):
+                return p
+        return None
+
+    def runtime(self, w: Workload, policy: BurstPolicy | None) -> timedelta:
+        if w.expected_runtime is not None:
+            return w.expected_runtime
+        return policy.spec.defaults.expected_runtime if policy else DEFAULT_RUNTIME
+
+    # -- existing pools --
+
+    def open_existing_pools(self) -> None:
+        for pv in sorted(self.snapshot.pools, key=lambda p: p.name):
+            policy = next((p for p in self.policies if p.metadata.name == pv.policy), None)
+            if pv.state not in REUSABLE_STATES:
+                continue
+            self.placement.pools_of_policy[pv.policy] += 1
+            why = self._delete_reason(pv, policy)
+            if why:
+                self.actions.append(DeletePool(pv.name, why))
+                continue
+            if policy and self.now - pv.created >= policy.spec.teardown.max_lifetime:
+                continue  # draining: past its lifetime it takes no new work, and goes once idle
+            target = self.targets.get(pv.target)
+            offer = self.catalog.get(pv.offer)
+            hourly = pv.hourly.micros if pv.hourly else (offer.hourly.micros if offer else None)
+            if target is None or hourly is None or policy is None:
+                continue
+            ready_at = self.now
+            if pv.state != "ready":
+                # A launch past its estimate is in the latency's heavy tail: expect it to take as
+                # long again, not to be ready any second (tight jobs piled onto it would be late).
+                ready_at = pv.created + target.provisioning
+                if ready_at <= self.now:
+                    ready_at = self.now + target.provisioning
+            self.placement.open(
+                OpenPool(
+                    pv.name,
+                    target,
+                    pv.policy,
+                    pv.offer,
+                    hourly,
+                    pv.free_per_node(),
+                    ready_at,
+                    True,
+                    pv.nodes,
+                    pv.created,
+                )
+            )
+
+    def _delete_reason(self, pv: PoolView, policy: BurstPolicy | None) -> str | None:
+        if policy is None:
+            return f"policy {pv.policy} no longer exists" if pv.idle_since else None
+        lifetime = policy.spec.teardown.max_lifetime
+        if self.now - pv.created >= lifetime and pv.idle_since is not None:
+            return f"max lifetime {format_duration(lifetime)} reached, and nothing runs on it"
+        ttl = policy.spec.teardown.idle_ttl
+        if pv.idle_since is not None and self.now - pv.idle_since >= ttl:
+            idle = format_duration(self.now - pv.idle_since)
+            return f"idle {idle} >= idle TTL {format_duration(ttl)}"
+        return None
+
+    # -- the whole plan --
+
+    def run(self) -> Plan:
+        self.open_existing_pools()
+        pending: list[Workload] = []
+        for w in self.snapshot.workloads:
+            if w.phase == "started" and w.planned_pool is not None:
+                self.actions.append(
+                    CancelDispatch(w.uid, w.planned_pool, "started on-prem before its dispatch")
+                )
+            elif w.phase == "pending":
+                pending.append(w)
+        pending.sort(key=queue_order)
+        for w in pending:
+            policy = self.policy_for(w) if w.burstable else None
+            if policy is not None:
+                self.policy_of[w.uid] = policy
+            elif w.burstable:
+                self.skips[w.uid] = Skip(
+                    w.uid,
+                    w.namespace,
+                    w.name,
+                    f"no BurstPolicy claims namespace {w.namespace} with these labels",
+                )
+        runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
+        stays: set[str] = set()  # refused: they wait on-prem
+        placed: set[str] = set()
+        for _ in range(MAX_ROUNDS):
+            sweep = QueueSweep(self.snapshot.onprem, self.now)
+            wants: list[Want] = []
+            for w in pending:
+                est = sweep.estimate(w, runtimes[w.uid])
+                policy = self.policy_of.get(w.uid)
+                if w.uid in placed:
+                    sweep.leave()
+                    continue
+                if policy is None or w.uid in stays:
+                    sweep.stay(w, est)
+                    continue
+                why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
+                if why is None:
+                    sweep.stay(w, est)
+                    if self.explain:
+                        self.skips[w.uid] = Skip(
+                            w.uid, w.namespace, w.name, why_not, onprem_finish=est.finish
+                        )
+                    continue
+                sweep.leave()
+                wants.append(Want(w, policy, runtimes[w.uid], est, why, w.deadline))
+            if not wants:
+                break
+            refused = False
+            for want in sorted(wants, key=lambda want: urgency(want, self.now)):
+                refusal = self.placement.place(want)
+                w = want.w
+                if refusal is None:
+                    placed.add(w.uid)
+                    self.skips.pop(w.uid, None)
+                else:
+                    refused = True
+                    stays.add(w.uid)
+                    self.skips[w.uid] = Skip(
+                        w.uid,
+                        w.namespace,
+                        w.name,
+                        f"{want.trigger}, but {refusal}",
+                        onprem_finish=want.onprem.finish,
+                    )
+            if not refused:
+                break  # the next round would see the same queue: those placed leave it either way
+        return Plan(
+            tuple(
+                pool_actions(self.placement.pools, self.catalog)
+                + self.placement.dispatches
+                + self.actions
+            ),
+            tuple(sorted(self.skips.values(), key=lambda s: (s.namespace, s.name, s.workload)))
+            if self.explain
+            else (),
+        )
+
+
+def plan(
+    snapshot: Snapshot, catalog: Catalog, config: Config, now: datetime, *, skips: bool = True
+) -> Plan:
+    """Decide what to burst now. Pure: same input, same Plan. `skips=False` leaves the Skips out:
+    their reasons are worded for every waiting workload, which a simulation never reads."""
+    return _Planner(snapshot, catalog, config, now, skips).run()

@@ -1,0 +1,100 @@
+"""Step 1 of the decision: triggers. Whether a burstable workload wants to burst, and why, from its
+on-prem estimate: a deadline at risk (the estimated finish later than the deadline minus the
+policy's safety margin), a wait past the policy's maximum, an exhausted namespace quota where the
+policy bursts for quota, or no on-prem GPU group that can ever run it. Also the order the wanting
+workloads are placed in (least slack first) and whether spot capacity suits them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from burst.config import BurstPolicy, TargetSpec
+from burst.decide.onprem import Estimate, QueueSweep
+from burst.decide.wording import at
+from burst.durations import format_duration
+from burst.model import Workload
+
+
+@dataclass
+class Want:
+    """A workload that wants to burst: why, with what runtime, and by when it must finish."""
+
+    w: Workload
+    policy: BurstPolicy
+    runtime: timedelta
+    onprem: Estimate
+    trigger: str
+    finish_by: datetime | None  # the deadline, or when it is lost anyway, the soonest cloud finish
+
+
+def trigger(
+    w: Workload,
+    policy: BurstPolicy,
+    est: Estimate,
+    sweep: QueueSweep,
+    now: datetime,
+    explain: bool,
+) -> tuple[str | None, str]:
+    """(why it should burst, or None; why not, worded only when `explain`)."""
+    t = policy.spec.trigger
+    if est.start is None:
+        have = sweep.capacity(est.product)
+        product = est.product or "any GPU"
+        return (f"on-prem cannot run it: needs {w.gpus} {product}, on-prem has {have}", "")
+    if w.deadline is not None and est.finish is not None:
+        latest = w.deadline - t.deadline_safety_margin
+        if est.finish > latest:
+            return (
+                f"deadline at risk: est. on-prem finish {at(est.finish, now)} > "
+                f"{at(w.deadline, now)} - {format_duration(t.deadline_safety_margin)} "
+                "margin",
+                "",
+            )
+    waited = now - w.pending_since
+    if t.max_pending_wait is not None and waited >= t.max_pending_wait:
+        return (
+            f"pending {format_duration(waited)} >= max wait {format_duration(t.max_pending_wait)}",
+            "",
+        )
+    if w.quota_blocked and t.quota_exhausted:
+        return (f"GPU quota of namespace {w.namespace} exhausted", "")
+    if not explain:
+        return None, ""
+    if w.deadline is not None:
+        why = (
+            f"deadline met on-prem: est. finish {at(est.finish, now)} <= "
+            f"{at(w.deadline, now)} - {format_duration(t.deadline_safety_margin)} margin"
+        )
+    else:
+        why = f"no deadline; est. on-prem start {at(est.start, now)}"
+        if t.max_pending_wait is not None:
+            why += (
+                f", pending {format_duration(waited)} < max wait "
+                f"{format_duration(t.max_pending_wait)}"
+            )
+    if w.quota_blocked:
+        why += f"; quota-blocked, but policy {policy.metadata.name} does not burst for quota"
+    return None, why
+
+
+def urgency(want: Want, now: datetime) -> tuple[datetime, datetime, str]:
+    """Placement order: the latest start that still meets the deadline, earliest first."""
+    if want.w.deadline is None:
+        return (datetime.max.replace(tzinfo=now.tzinfo), want.w.pending_since, want.w.uid)
+    return (want.w.deadline - want.runtime, want.w.created, want.w.uid)
+
+
+def spot_allowed(want: Want, targets: Iterable[TargetSpec], now: datetime) -> bool:
+    mode = want.policy.spec.placement.capacity
+    if mode == "spot":
+        return True
+    if mode == "on-demand":
+        return False
+    if want.w.deadline is None:
+        return True
+    # spot-if-slack: an interruption costs a restart from scratch; the slack must absorb it.
+    slowest = max((t.provisioning for t in targets), default=timedelta(0))
+    one_run = slowest + want.runtime
+    return now + 2 * one_run <= want.w.deadline - want.policy.spec.trigger.deadline_safety_margin

@@ -1,0 +1,358 @@
+"""Observe the on-prem cluster: the part of the Snapshot the decision needs.
+
+Six watches (watch.py) of Jobs, PyTorchJobs, Pods, Nodes, Namespaces and ResourceQuotas. Pods are
+indexed by owner and each workload's summary is recomputed only when it or one of its pods changed.
+`Observer.workloads()` and `Observer.onprem()` build the decision's input; malformed burst
+annotations become a Warning Event on the job, never a crash.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from burst.amounts import Money
+from burst.clock import Clock
+from burst.durations import DurationError, parse_duration
+from burst.kube.events import EventRecorder
+from burst.kube.quantity import quantity
+from burst.kube.shapes import GPU, PodShape, catalog_gpu, workload_shape
+from burst.kube.watch import Obj, ResourceCache, meta_of, parse_time
+from burst.model import GPU_PRODUCT_LABEL, OnPrem, RunningWorkload, Workload
+
+DEFAULT_RUNNING = timedelta(hours=4)
+
+
+@dataclass
+class _Summary:
+    workload: Workload | None  # pending and burstable-or-not, None if not pending
+    running: list[RunningWorkload]
+
+
+class Observer:
+    """The on-prem cluster as the decision sees it, kept current by ResourceCaches."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        clock: Clock,
+        events: EventRecorder | None = None,
+        *,
+        label_prefix: str = "burst.dev/",
+        team_label: str = "burst.dev/team",
+        currency_for: Callable[[str, Mapping[str, str]], str] = lambda ns, labels: "USD",
+        sleep: Callable[[float], None] = time.sleep,
+        watch_timeout: int = 300,
+    ) -> None:
+        from kubernetes import client
+
+        self.clock, self.events = clock, events
+        self.prefix, self.team_label, self.currency_for = label_prefix, team_label, currency_for
+        core, batch, custom = (
+            client.CoreV1Api(api_client),
+            client.BatchV1Api(api_client),
+            client.CustomObjectsApi(api_client),
+        )
+        self._lock = threading.RLock()
+        self._pods_of: dict[str, set[str]] = defaultdict(set)
+        self._owner_of: dict[str, str] = {}
+        self._dirty: set[str] = set()
+        self._summaries: dict[str, _Summary] = {}
+        self._name_index: dict[str, tuple[tuple[Any, ...], dict[str, Obj]]] = {}
+
+        def cache(
+            name: str, fn: Callable[..., Any], on: Callable[[str, Obj], None]
+        ) -> ResourceCache:
+            return ResourceCache(name, fn, on, sleep=sleep, watch_timeout=watch_timeout)
+
+        def pytorchjobs(**kw: Any) -> Any:
+            return custom.list_cluster_custom_object("kubeflow.org", "v1", "pytorchjobs", **kw)
+
+        self.jobs = cache("jobs", batch.list_job_for_all_namespaces, self._on_workload)
+        self.pytorchjobs = cache("pytorchjobs", pytorchjobs, self._on_workload)
+        self.pods = cache("pods", core.list_pod_for_all_namespaces, self._on_pod)
+        self.nodes = cache("nodes", core.list_node, self._on_other)
+        self.namespaces = cache("namespaces", core.list_namespace, self._on_other)
+        self.quotas = cache(
+            "resourcequotas", core.list_resource_quota_for_all_namespaces, self._on_other
+        )
+        self.caches = [
+            self.jobs,
+            self.pytorchjobs,
+            self.pods,
+            self.nodes,
+            self.namespaces,
+            self.quotas,
+        ]
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.changed = threading.Event()  # set on every workload or pod change, for the service
+
+    # -- running --
+
+    def start(self) -> Observer:
+        for c in self.caches:
+            t = threading.Thread(
+                target=c.run, args=(self._stop,), name=f"watch-{c.name}", daemon=True
+            )
+            t.start()
+            self._threads.append(t)
+        return self
+
+    def wait_synced(self, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        return all(c.synced.wait(max(0.0, deadline - time.monotonic())) for c in self.caches)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- events --
+
+    def _on_workload(self, type_: str, obj: Obj) -> None:
+        self.changed.set()
+        with self._lock:
+            uid = meta_of(obj)["uid"]
+            self._dirty.add(uid)
+            if type_ == "DELETED":
+                self._summaries.pop(uid, None)
+
+    def _on_pod(self, type_: str, pod: Obj) -> None:
+        self.changed.set()
+        with self._lock:
+            uid = meta_of(pod)["uid"]
+            owner = (
+                next(
+                    (
+                        r.get("uid")
+                        for r in meta_of(pod).get("ownerReferences") or []
+                        if r.get("controller")
+                    ),
+                    None,
+                )
+                or uid
+            )
+            if type_ == "DELETED":
+                self._pods_of[owner].discard(uid)
+                self._owner_of.pop(uid, None)
+            else:
+                self._pods_of[owner].add(uid)
+                self._owner_of[uid] = owner
+            self._dirty.add(owner)
+
+    def _on_other(self, type_: str, obj: Obj) -> None:
+        with self._lock:  # a namespace label or a quota may change any workload's view
+            self._dirty.update(self.jobs.items)
+            self._dirty.update(self.pytorchjobs.items)
+
+    # -- the snapshot --
+
+    def _team(self, namespace: str, labels: Mapping[str, str]) -> str:
+        if self.team_label in labels:
+            return str(labels[self.team_label])
+        ns = self._by_name(self.namespaces).get(namespace)
+        return str(
+            ((meta_of(ns).get("labels") or {}) if ns else {}).get(self.team_label, namespace)
+        )
+
+    def _by_name(self, cache: ResourceCache) -> dict[str, Obj]:
+        """Objects of a cluster-scoped cache by name, rebuilt only when the cache changed."""
+        key = (cache.name, cache.resource_version, len(cache.items))
+        found = self._name_index.get(cache.name)
+        if found is None or found[0] != key:
+            found = (key, {meta_of(o).get("name", ""): o for o in list(cache.items.values())})
+            self._name_index[cache.name] = found
+        return found[1]
+
+    def _annotation(self, obj: Obj, key: str, parse: Callable[[str], Any]) -> Any:
+        value = (meta_of(obj).get("annotations") or {}).get(self.prefix + key)
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except (ValueError, DurationError, ArithmeticError) as exc:
+            if self.events is not None:
+                self.events.record(
+                    obj,
+                    "Warning",
+                    "InvalidBurstAnnotation",
+                    f"{self.prefix}{key}={value!r} is ignored: {exc}",
+                )
+            return None
+
+    def _summarise(self, obj: Obj) -> _Summary:
+        meta = meta_of(obj)
+        uid, namespace = meta["uid"], meta.get("namespace", "")
+        labels = meta.get("labels") or {}
+        shaped = workload_shape(obj)
+        if shaped is None:
+            return _Summary(None, [])
+        shape, pods_wanted = shaped
+        pods = [
+            self.pods.items[p] for p in sorted(self._pods_of.get(uid, ())) if p in self.pods.items
+        ]
+        created = parse_time(meta.get("creationTimestamp")) or self.clock.now()
+        runtime = self._annotation(obj, "expected-runtime", parse_duration)
+        running = self._running(pods, shape, runtime)
+        if finished(obj):
+            return _Summary(None, [])
+        suspended = is_suspended(obj)
+        burstable = labels.get(self.prefix + "burstable") == "true"
+        unschedulable = unschedulable_since(pods, created)
+        active = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
+        quota_blocked = (
+            not suspended
+            and len(active) < pods_wanted
+            and namespace_quota_blocked(
+                self.quotas.items.values(), namespace, shape.gpus * (pods_wanted - len(active))
+            )
+        )
+        pending = (suspended and burstable) or bool(unschedulable) or quota_blocked
+        if not pending or running:
+            return _Summary(None, running)
+        deadline = self._annotation(obj, "deadline", lambda v: _deadline(v, created))
+        currency = self.currency_for(namespace, labels)
+        max_cost = self._annotation(obj, "max-cost", lambda v: _money(v, currency))
+        return _Summary(
+            Workload(
+                uid=uid,
+                kind=obj["kind"],
+                namespace=namespace,
+                name=meta["name"],
+                team=self._team(namespace, labels),
+                gpus_per_pod=shape.gpus,
+                pods=pods_wanted,
+                created=created,
+                pending_since=min(unschedulable) if unschedulable else created,
+                accelerator=shape.accelerator,
+                burstable=burstable,
+                labels=dict(labels),
+                deadline=deadline,
+                expected_runtime=runtime,
+                max_cost=max_cost,
+                cpu_per_pod=shape.cpu,
+                memory_gib_per_pod=shape.memory_gib,
+                quota_blocked=quota_blocked,
+            ),
+            running,
+        )
+
+    def _running(
+        self, pods: Iterable[Obj], shape: PodShape, runtime: timedelta | None
+    ) -> list[RunningWorkload]:
+        """The workload's running pods, each with the GPU product of its node and expected end."""
+        running = []
+        nodes = self._by_name(self.nodes)
+        for pod in pods:
+            status = pod.get("status") or {}
+            if status.get("phase") != "Running":
+                continue
+            node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
+            product = catalog_gpu(
+                ((meta_of(node).get("labels") or {}) if node else {}).get(GPU_PRODUCT_LABEL, "")
+            )
+            started = parse_time(status.get("startTime")) or self.clock.now()
+            running.append(
+                RunningWorkload(
+                    meta_of(pod)["uid"],
+                    product or shape.accelerator or "",
+                    shape.gpus,
+                    started + (runtime or DEFAULT_RUNNING),
+                )
+            )
+        return running
+
+    def _refresh(self) -> None:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            for uid in dirty:
+                obj = self.jobs.items.get(uid) or self.pytorchjobs.items.get(uid)
+                if obj is None:
+                    self._summaries.pop(uid, None)
+                else:
+                    self._summaries[uid] = self._summarise(obj)
+
+    def workloads(self) -> tuple[Workload, ...]:
+        """Pending GPU workloads (burstable or not: the on-prem queue needs them all)."""
+        self._refresh()
+        with self._lock:
+            found = [s.workload for s in self._summaries.values() if s.workload is not None]
+        return tuple(sorted(found, key=lambda w: (w.created, w.uid)))
+
+    def onprem(self) -> OnPrem:
+        """GPUs per catalog product from the nodes, and what runs on them."""
+        self._refresh()
+        capacity: dict[str, int] = defaultdict(int)
+        for node in list(self.nodes.items.values()):
+            product = catalog_gpu((meta_of(node).get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
+            alloc = ((node.get("status") or {}).get("allocatable") or {}).get(GPU)
+            if product and alloc:
+                capacity[product] += int(quantity(alloc))
+        with self._lock:
+            running = tuple(r for s in self._summaries.values() for r in s.running)
+        return OnPrem(dict(capacity), running)
+
+
+def _deadline(value: str, created: datetime) -> datetime:
+    try:
+        return created + parse_duration(value)
+    except DurationError:
+        parsed = parse_time(value)
+        if parsed is None:
+            raise ValueError("expected an RFC 3339 time or a duration such as 6h") from None
+        return parsed
+
+
+def _money(value: str, currency: str) -> Money:
+    text = value.strip()
+    if " " in text:
+        return Money.parse(text)
+    return Money.of(Decimal(text), currency)
+
+
+def namespace_quota_blocked(quotas: Iterable[Obj], namespace: str, gpus: int) -> bool:
+    """Whether `gpus` more GPUs would exceed a GPU ResourceQuota of `namespace`."""
+    for quota in quotas:
+        if meta_of(quota).get("namespace") != namespace:
+            continue
+        status = quota.get("status") or {}
+        for key in ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu"):
+            hard = (status.get("hard") or (quota.get("spec") or {}).get("hard") or {}).get(key)
+            if hard is not None:
+                used = quantity((status.get("used") or {}).get(key, "0"))
+                if used + gpus > quantity(hard):
+                    return True
+    return False
+
+
+def finished(obj: Obj) -> bool:
+    """A Job or PyTorchJob whose outcome is known (Complete, Failed or Succeeded)."""
+    conditions = {
+        c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []
+    }
+    return any(conditions.get(t) == "True" for t in ("Complete", "Failed", "Succeeded"))
+
+
+def is_suspended(obj: Obj) -> bool:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "Job":
+        return bool(spec.get("suspend"))
+    return bool((spec.get("runPolicy") or {}).get("suspend"))
+
+
+def unschedulable_since(pods: Iterable[Obj], created: datetime) -> list[datetime]:
+    """When each pending pod was found unschedulable (PodScheduled=False, Unschedulable)."""
+    return [
+        parse_time(c.get("lastTransitionTime")) or created
+        for pod in pods
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if (pod.get("status") or {}).get("phase") == "Pending"
+        and c.get("type") == "PodScheduled"
+        and c.get("status") == "False"
+        and c.get("reason") == "Unschedulable"
+    ]

@@ -1,0 +1,275 @@
+"""Replicate a workload to its pool's cluster: suspend the local copy, then create the remote one.
+
+The order is what guarantees one copy: the local Job (`spec.suspend`) or PyTorchJob
+(`runPolicy.suspend`) is suspended before the remote copy is created, and a workload that has
+started on-prem meanwhile is not dispatched (it is resumed if we suspended it). The remote copy is
+created if absent; an AlreadyExists of our own copy (same origin uid) is success; a same-named
+object without our origin label is never touched. Allowed Secrets and ConfigMaps are copied with
+origin labels; nothing else is. Refusals become a Warning Event on the user's job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from burst import failpoints
+from burst.config import Replication
+from burst.kube.events import EventRecorder
+from burst.kube.translate import ORIGIN_INSTALLATION, ORIGIN_UID, Translation, translate
+
+Outcome = Literal["dispatched", "refused", "started-on-prem"]
+
+
+@dataclass
+class DispatchResult:
+    outcome: Outcome
+    remote_namespace: str = ""
+    remote_name: str = ""
+    reasons: list[str] = field(default_factory=list)
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+class KubeObjects:
+    """Read, create, patch and delete Jobs, PyTorchJobs, Secrets, ConfigMaps through one client."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        # Typed Any: raw JSON goes in and out here (_preload_content=False), not the client's models.
+        self.api = api_client
+        self.core: Any = client.CoreV1Api(api_client)
+        self.batch: Any = client.BatchV1Api(api_client)
+        self.custom: Any = client.CustomObjectsApi(api_client)
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            if kind == "Job":
+                response = self.batch.read_namespaced_job(name, namespace, _preload_content=False)
+            elif kind == "PyTorchJob":
+                response = self.custom.get_namespaced_custom_object(
+                    "kubeflow.org", "v1", namespace, "pytorchjobs", name, _preload_content=False
+                )
+            elif kind == "Secret":
+                response = self.core.read_namespaced_secret(name, namespace, _preload_content=False)
+            elif kind == "ConfigMap":
+                response = self.core.read_namespaced_config_map(
+                    name, namespace, _preload_content=False
+                )
+            elif kind == "PersistentVolumeClaim":
+                response = self.core.read_namespaced_persistent_volume_claim(
+                    name, namespace, _preload_content=False
+                )
+            else:
+                raise ValueError(f"unsupported kind {kind}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        import json
+
+        found: dict[str, Any] = json.loads(response.data)
+        return found
+
+    def create(self, obj: Mapping[str, Any]) -> None:
+        namespace = _meta(obj)["namespace"]
+        kind = obj["kind"]
+        body = dict(obj)
+        if kind == "Job":
+            self.batch.create_namespaced_job(namespace, body, _preload_content=False)
+        elif kind == "PyTorchJob":
+            self.custom.create_namespaced_custom_object(
+                "kubeflow.org", "v1", namespace, "pytorchjobs", body
+            )
+        elif kind == "Secret":
+            self.core.create_namespaced_secret(namespace, body, _preload_content=False)
+        elif kind == "ConfigMap":
+            self.core.create_namespaced_config_map(namespace, body, _preload_content=False)
+        else:
+            raise ValueError(f"unsupported kind {kind}")
+
+    def patch(
+        self, kind: str, namespace: str, name: str, patch: Mapping[str, Any], status: bool = False
+    ) -> None:
+        merge = "application/merge-patch+json"
+        if kind == "Job":
+            method = (
+                self.batch.patch_namespaced_job_status
+                if status
+                else self.batch.patch_namespaced_job
+            )
+            method(name, namespace, dict(patch), _content_type=merge, _preload_content=False)
+        elif kind == "PyTorchJob":
+            method = (
+                self.custom.patch_namespaced_custom_object_status
+                if status
+                else self.custom.patch_namespaced_custom_object
+            )
+            method("kubeflow.org", "v1", namespace, "pytorchjobs", name, dict(patch))
+        else:
+            raise ValueError(f"unsupported kind {kind}")
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete with background propagation, so that the object's pods go too; absent is done."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            if kind == "Job":
+                self.batch.delete_namespaced_job(
+                    name, namespace, propagation_policy="Background", _preload_content=False
+                )
+            elif kind == "PyTorchJob":
+                self.custom.delete_namespaced_custom_object(
+                    "kubeflow.org",
+                    "v1",
+                    namespace,
+                    "pytorchjobs",
+                    name,
+                    propagation_policy="Background",
+                )
+            else:
+                raise ValueError(f"unsupported kind {kind}")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def ensure_namespace(self, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.create_namespace({"metadata": {"name": name}}, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+    def pods_of(self, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+        import json
+
+        uid = _meta(obj)["uid"]
+        response = self.core.list_namespaced_pod(_meta(obj)["namespace"], _preload_content=False)
+        return [
+            p
+            for p in json.loads(response.data).get("items") or []
+            if any(r.get("uid") == uid for r in _meta(p).get("ownerReferences") or [])
+        ]
+
+
+def suspend_patch(kind: str, suspend: bool) -> dict[str, Any]:
+    return (
+        {"spec": {"suspend": suspend}}
+        if kind == "Job"
+        else {"spec": {"runPolicy": {"suspend": suspend}}}
+    )
+
+
+def is_suspended(obj: Mapping[str, Any]) -> bool:
+    spec = obj.get("spec") or {}
+    return bool(
+        spec.get("suspend")
+        if obj.get("kind") == "Job"
+        else (spec.get("runPolicy") or {}).get("suspend")
+    )
+
+
+class Replicator:
+    def __init__(self, local: KubeObjects, events: EventRecorder, installation: str) -> None:
+        self.local, self.events, self.installation = local, events, installation
+
+    def _started(self, obj: Mapping[str, Any]) -> bool:
+        return any(
+            (p.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed")
+            for p in self.local.pods_of(obj)
+        )
+
+    def dispatch(
+        self,
+        obj: Mapping[str, Any],
+        remote: KubeObjects,
+        *,
+        target: str,
+        pool: str,
+        remote_namespace: str,
+        rules: Replication,
+    ) -> DispatchResult:
+        meta = _meta(obj)
+        t: Translation = translate(
+            obj,
+            pool=pool,
+            remote_namespace=remote_namespace,
+            installation=self.installation,
+            rules=rules,
+        )
+        name = _meta(t.remote)["name"]
+        for claim in t.claims:
+            if remote.read("PersistentVolumeClaim", remote_namespace, claim) is None:
+                t.refusals.append(
+                    f"PersistentVolumeClaim {claim} does not exist in {target}/{remote_namespace}"
+                )
+        if not t.safe:
+            self.events.record(
+                obj, "Warning", "BurstRefused", "not sent to a cloud: " + "; ".join(t.refusals)
+            )
+            return DispatchResult("refused", remote_namespace, name, t.refusals)
+        # One copy: suspend here first; a workload that started on-prem stays here.
+        we_suspended = not is_suspended(obj)
+        if self._started(obj):
+            return DispatchResult("started-on-prem", remote_namespace, name)
+        if we_suspended:
+            self.local.patch(
+                obj["kind"], meta["namespace"], meta["name"], suspend_patch(obj["kind"], True)
+            )
+            if self._started(obj):  # it began between our look and the suspension
+                self.local.patch(
+                    obj["kind"], meta["namespace"], meta["name"], suspend_patch(obj["kind"], False)
+                )
+                return DispatchResult("started-on-prem", remote_namespace, name)
+        failpoints.hit("local-suspended")
+        remote.ensure_namespace(remote_namespace)
+        for kind, names in (("Secret", t.secrets), ("ConfigMap", t.config_maps)):
+            for item in names:
+                self._copy(kind, meta["namespace"], item, remote, remote_namespace)
+        existing = remote.read(obj["kind"], remote_namespace, name)
+        if existing is None:
+            remote.create(t.remote)
+        elif (_meta(existing).get("labels") or {}).get(ORIGIN_UID) != meta["uid"]:
+            reason = f"{target} already has a {obj['kind']} {remote_namespace}/{name} that burst did not create"
+            self.events.record(obj, "Warning", "BurstRefused", reason)
+            return DispatchResult("refused", remote_namespace, name, [reason])
+        failpoints.hit("remote-created")
+        self.events.record(
+            obj, "Normal", "Burst", f"sent to {target} (pool {pool}) as {remote_namespace}/{name}"
+        )
+        return DispatchResult("dispatched", remote_namespace, name)
+
+    def _copy(
+        self, kind: str, namespace: str, name: str, remote: KubeObjects, remote_namespace: str
+    ) -> None:
+        source = self.local.read(kind, namespace, name)
+        if source is None:
+            return
+        copy = {
+            "apiVersion": "v1",
+            "kind": kind,
+            "metadata": {
+                "name": name,
+                "namespace": remote_namespace,
+                "labels": {
+                    ORIGIN_UID: _meta(source)["uid"],
+                    ORIGIN_INSTALLATION: self.installation,
+                },
+            },
+        }
+        for key in ("data", "stringData", "binaryData", "type"):
+            if key in source:
+                copy[key] = source[key]
+        existing = remote.read(kind, remote_namespace, name)
+        if existing is None:
+            remote.create(copy)
+        # An existing object of that name is left as it is: ours (already copied) or not ours.

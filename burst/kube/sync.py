@@ -1,0 +1,231 @@
+"""Mirror a remote copy's progress back to the user's workload, and clean up after it.
+
+`status_update(local, remote, placement, cost)` is pure: what the local object should show
+(annotations `burst.dev/placement`, `burst.dev/cost`), the Event a user sees in `kubectl describe`,
+and whether the workload has finished remotely. `Syncer.sync()` applies it; the remote copy is
+deleted (background propagation) only after the final status is recorded locally. Remote objects
+with our origin label whose local workload is gone are collected; a remote cluster that stops
+answering is tracked, and after a grace period its workloads are requeued on-prem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from burst import failpoints
+from burst.amounts import Money
+from burst.clock import Clock
+from burst.kube.events import EventRecorder
+from burst.kube.replicate import KubeObjects, suspend_patch
+from burst.kube.translate import ORIGIN_INSTALLATION, ORIGIN_UID
+
+Phase = Literal["missing", "pending", "running", "succeeded", "failed"]
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    return meta
+
+
+def _recorded_outcome(local: Mapping[str, Any]) -> Literal["succeeded", "failed"] | None:
+    """The outcome burst wrote onto the local workload when its remote copy finished, if any."""
+    for c in (local.get("status") or {}).get("conditions") or []:
+        if c.get("reason") == "BurstRemote" and c.get("status") == "True":
+            return "failed" if c.get("type") == "Failed" else "succeeded"
+    return None
+
+
+def remote_phase(remote: Mapping[str, Any] | None) -> Phase:
+    if remote is None:
+        return "missing"
+    status = remote.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conditions.get("Complete") == "True" or conditions.get("Succeeded") == "True":
+        return "succeeded"
+    if conditions.get("Failed") == "True":
+        return "failed"
+    if status.get("active") or conditions.get("Running") == "True":
+        return "running"
+    return "pending"
+
+
+@dataclass(frozen=True)
+class StatusUpdate:
+    annotations: dict[str, str]
+    event: tuple[Literal["Normal", "Warning"], str, str] | None
+    finished: Literal["succeeded", "failed"] | None = None
+    local_status: dict[str, Any] = field(default_factory=dict)
+
+
+def status_update(
+    local: Mapping[str, Any],
+    remote: Mapping[str, Any] | None,
+    placement: str,
+    cost: Money | None,
+    now: datetime,
+    prefix: str = "burst.dev/",
+) -> StatusUpdate:
+    """What the local workload should show about its remote copy (pure)."""
+    recorded = _recorded_outcome(local) if remote is None else None
+    phase = recorded or remote_phase(remote)
+    annotations = {f"{prefix}placement": placement, f"{prefix}remote-phase": phase}
+    if cost is not None:
+        annotations[f"{prefix}cost"] = str(cost)
+    if recorded is not None:
+        # The outcome was recorded here and the remote copy deleted, but the database never heard
+        # (a crash, or a replaced leader, in between): finish from what the workload shows.
+        return StatusUpdate(annotations, None, recorded)
+    current = _meta(local).get("annotations") or {}
+    changed = current.get(f"{prefix}remote-phase") != phase
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if phase in ("succeeded", "failed"):
+        finished: Literal["succeeded", "failed"] = "succeeded" if phase == "succeeded" else "failed"
+        if local.get("kind") == "PyTorchJob":
+            condition = {
+                "type": "Succeeded" if phase == "succeeded" else "Failed",
+                "status": "True",
+                "reason": "BurstRemote",
+                "message": f"finished on {placement}",
+                "lastUpdateTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        else:
+            condition = {
+                "type": "Complete" if phase == "succeeded" else "Failed",
+                "status": "True",
+                "reason": "BurstRemote",
+                "message": f"finished on {placement}",
+                "lastProbeTime": stamp,
+                "lastTransitionTime": stamp,
+            }
+        remote_status = (remote or {}).get("status") or {}
+        local_status: dict[str, Any] = {"conditions": [condition], "completionTime": stamp}
+        for key in ("succeeded", "failed", "startTime", "replicaStatuses"):
+            if key in remote_status:
+                local_status[key] = remote_status[key]
+        kind: Literal["Normal", "Warning"] = "Normal" if phase == "succeeded" else "Warning"
+        event = (
+            kind,
+            "BurstFinished",
+            f"{phase} on {placement}" + (f", cost {cost}" if cost else ""),
+        )
+        return StatusUpdate(annotations, event, finished, local_status)
+    progress: tuple[Literal["Normal", "Warning"], str, str] | None = None
+    if changed and phase != "missing":
+        progress = ("Normal", "BurstProgress", f"{phase} on {placement}")
+    return StatusUpdate(annotations, progress)
+
+
+class RemoteHealth:
+    """When each remote cluster last answered; past `grace` without an answer it is lost."""
+
+    def __init__(self, clock: Clock, grace: timedelta = timedelta(minutes=10)) -> None:
+        self._clock, self._grace = clock, grace
+        self._failing_since: dict[str, datetime] = {}
+
+    def ok(self, target: str) -> None:
+        self._failing_since.pop(target, None)
+
+    def failed(self, target: str) -> None:
+        self._failing_since.setdefault(target, self._clock.now())
+
+    def lost(self, target: str) -> bool:
+        since = self._failing_since.get(target)
+        return since is not None and self._clock.now() - since >= self._grace
+
+
+class Syncer:
+    def __init__(
+        self,
+        local: KubeObjects,
+        events: EventRecorder,
+        clock: Clock,
+        installation: str,
+        prefix: str = "burst.dev/",
+    ) -> None:
+        self.local, self.events, self.clock = local, events, clock
+        self.installation, self.prefix = installation, prefix
+
+    def sync(
+        self,
+        local: Mapping[str, Any],
+        remote: KubeObjects,
+        remote_namespace: str,
+        remote_name: str,
+        placement: str,
+        cost: Money | None = None,
+    ) -> StatusUpdate:
+        meta = _meta(local)
+        found = remote.read(local["kind"], remote_namespace, remote_name)
+        update = status_update(local, found, placement, cost, self.clock.now(), self.prefix)
+        current = meta.get("annotations") or {}
+        if any(current.get(k) != v for k, v in update.annotations.items()):
+            self.local.patch(
+                local["kind"],
+                meta["namespace"],
+                meta["name"],
+                {"metadata": {"annotations": update.annotations}},
+            )
+        if update.event is not None:
+            self.events.record(local, *update.event)
+        if update.local_status:
+            # Record the outcome here first; only then may the remote copy go.
+            self.local.patch(
+                local["kind"],
+                meta["namespace"],
+                meta["name"],
+                {"status": update.local_status},
+                status=True,
+            )
+            failpoints.hit("outcome-recorded")
+            remote.delete(local["kind"], remote_namespace, remote_name)
+        return update
+
+    def requeue(self, local: Mapping[str, Any], target: str) -> None:
+        """The remote cluster is lost: let the workload run on-prem again."""
+        meta = _meta(local)
+        self.local.patch(
+            local["kind"], meta["namespace"], meta["name"], suspend_patch(local["kind"], False)
+        )
+        self.local.patch(
+            local["kind"],
+            meta["namespace"],
+            meta["name"],
+            {
+                "metadata": {
+                    "annotations": {
+                        f"{self.prefix}placement": None,
+                        f"{self.prefix}remote-phase": None,
+                    }
+                }
+            },
+        )
+        self.events.record(
+            local,
+            "Warning",
+            "BurstRequeued",
+            f"{target} stopped answering; the job is back in the on-prem queue",
+        )
+
+    def collect_orphans(self, remote: KubeObjects, local_uids: set[str]) -> list[str]:
+        """Delete remote copies made by this installation whose local workload is gone."""
+        selector = f"{ORIGIN_INSTALLATION}={self.installation}"
+        gone = []
+        jobs = json.loads(
+            remote.batch.list_job_for_all_namespaces(
+                label_selector=selector, _preload_content=False
+            ).data
+        )["items"]
+        torch = remote.custom.list_cluster_custom_object(
+            "kubeflow.org", "v1", "pytorchjobs", label_selector=selector
+        )["items"]
+        # Items of a built-in list need not carry their kind: it is known from the list.
+        for kind, obj in [*(("Job", j) for j in jobs), *(("PyTorchJob", t) for t in torch)]:
+            if (_meta(obj).get("labels") or {}).get(ORIGIN_UID) not in local_uids:
+                remote.delete(kind, _meta(obj)["namespace"], _meta(obj)["name"])
+                gone.append(f"{_meta(obj)['namespace']}/{_meta(obj)['name']}")
+        return gone

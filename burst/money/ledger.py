@@ -1,0 +1,367 @@
+"""The ledger: the only module that writes money.
+
+Append-only: charges from meter.py are posted once each (their key is unique: posting again, or
+after a crash, adds nothing); a correction is a new row that points at the row it corrects. Money is
+integer micro-units plus an ISO 4217 code, and sums across currencies are refused without explicit
+rates. Budgets count posted rows plus held reservations; a hard budget is never exceeded by a
+reservation, even with two writers at once (PostgreSQL: an advisory lock per budget; SQLite: the
+database's single writer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import ROUND_CEILING, Decimal
+from typing import Any, Literal
+
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, text
+from sqlalchemy.orm import Session
+
+from burst.amounts import CurrencyError, Money
+from burst.clock import Clock
+from burst.config import Config
+from burst.metrics import BUDGET_ALERTS
+from burst.money.meter import Charge
+from burst.store.tables import BudgetReservation, LedgerEntry
+
+log = logging.getLogger(__name__)
+Period = Literal["month", "week", "day"]
+ScopeKind = Literal["team", "policy", "namespace"]
+
+
+class BudgetExceeded(Exception):
+    def __init__(self, budget: str, left: Money, needed: Money) -> None:
+        super().__init__(f"budget {budget}: {left} left, needs {needed}")
+        self.budget, self.left, self.needed = budget, left, needed
+
+
+@dataclass(frozen=True)
+class ChargeContext:
+    """What a pool's charges carry besides the meter's numbers."""
+
+    pool_id: int | None
+    policy: str
+    provider: str
+    region: str
+    namespaces: Mapping[str, str]  # workload uid -> namespace
+    workload_ids: Mapping[str, int]  # workload uid -> workloads.id
+
+
+def post(session: Session, charges: Iterable[Charge], context: ChargeContext, clock: Clock) -> int:
+    """Post charges; a charge already posted (same key) is left as it is. Returns rows added."""
+    rows = [
+        {
+            "idempotency_key": c.key,
+            "kind": c.kind,
+            "posted_at": clock.now(),
+            "period_start": c.period_start,
+            "period_end": c.period_end,
+            "pool_id": context.pool_id,
+            "pool": c.pool,
+            "workload_id": context.workload_ids.get(c.workload or ""),
+            "workload_uid": c.workload,
+            "namespace": context.namespaces.get(c.workload or ""),
+            "team": c.team,
+            "policy": context.policy,
+            "provider": context.provider,
+            "region": context.region,
+            "gpu_seconds": c.gpu_seconds,
+            "amount_micros": c.amount_micros,
+            "currency": c.currency,
+            "unit_price_micros": c.unit_price_micros,
+            "price_source": c.price_source,
+        }
+        for c in charges
+    ]
+    if not rows:
+        return 0
+    dialect = session.get_bind().dialect.name
+    statement: Any
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        statement = pg_insert(LedgerEntry).on_conflict_do_nothing(
+            index_elements=["idempotency_key"]
+        )
+    else:
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        statement = sqlite_insert(LedgerEntry).on_conflict_do_nothing(
+            index_elements=["idempotency_key"]
+        )
+    result = session.execute(statement.returning(LedgerEntry.id), rows)
+    return len(result.fetchall())
+
+
+def correct(
+    session: Session, original_id: int, delta: Money, note: str, clock: Clock
+) -> LedgerEntry:
+    """A correction row (for `delta`) pointing at `original_id`; posting the same one twice is one row."""
+    original = session.get(LedgerEntry, original_id)
+    if original is None:
+        raise ValueError(f"no ledger row {original_id}")
+    if delta.currency != original.currency:
+        raise CurrencyError(f"correction in {delta.currency} of a row in {original.currency}")
+    digest = hashlib.sha256(f"{original_id}:{delta.micros}:{note}".encode()).hexdigest()[:16]
+    key = f"correction:{original_id}:{digest}"
+    existing = session.scalar(select(LedgerEntry).where(LedgerEntry.idempotency_key == key))
+    if existing is not None:
+        return existing
+    row = LedgerEntry(
+        idempotency_key=key,
+        kind="correction",
+        posted_at=clock.now(),
+        period_start=original.period_start,
+        period_end=original.period_end,
+        pool_id=original.pool_id,
+        pool=original.pool,
+        workload_id=original.workload_id,
+        workload_uid=original.workload_uid,
+        namespace=original.namespace,
+        team=original.team,
+        policy=original.policy,
+        provider=original.provider,
+        region=original.region,
+        gpu_seconds=0,
+        amount_micros=delta.micros,
+        currency=delta.currency,
+        unit_price_micros=original.unit_price_micros,
+        price_source=original.price_source,
+        corrects_id=original.id,
+        note=note,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def period_bounds(period: Period, now: datetime) -> tuple[datetime, datetime]:
+    """The UTC month, ISO week or day that contains `now`."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day, day + timedelta(days=1)
+    if period == "week":
+        start = day - timedelta(days=day.weekday())
+        return start, start + timedelta(days=7)
+    start = day.replace(day=1)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+def convert(amounts: Mapping[str, int], currency: str, usd_rates: Mapping[str, Decimal]) -> Money:
+    """Sum micro-amounts in several currencies as `currency`, through USD rates; refuse without one."""
+
+    def rate(code: str) -> Decimal:
+        if code == "USD":
+            return Decimal(1)
+        if code not in usd_rates:
+            raise CurrencyError(f"cannot add {code} to {currency}: no exchange rate for {code}")
+        return usd_rates[code]
+
+    total = Decimal(0)
+    for code, micros in amounts.items():
+        total += (
+            Decimal(micros) / rate(code) * rate(currency) if code != currency else Decimal(micros)
+        )
+    return Money(int(total.to_integral_value(ROUND_CEILING)), currency)
+
+
+def _scope(column_for: ScopeKind, value: str) -> ColumnElement[bool]:
+    column = {
+        "team": LedgerEntry.team,
+        "policy": LedgerEntry.policy,
+        "namespace": LedgerEntry.namespace,
+    }
+    return column[column_for] == value
+
+
+def spent(
+    session: Session, scope: ScopeKind, value: str, start: datetime, end: datetime
+) -> dict[str, int]:
+    """Posted micro-amounts per currency in a scope and period (by the hour they were for)."""
+    query = (
+        select(LedgerEntry.currency, cast(func.sum(LedgerEntry.amount_micros), BigInteger))
+        .where(
+            and_(
+                _scope(scope, value),
+                LedgerEntry.period_start >= start,
+                LedgerEntry.period_start < end,
+            )
+        )
+        .group_by(LedgerEntry.currency)
+    )
+    return {currency: int(total or 0) for currency, total in session.execute(query)}
+
+
+def held(session: Session, budget: str) -> dict[str, int]:
+    query = (
+        select(
+            BudgetReservation.currency, cast(func.sum(BudgetReservation.amount_micros), BigInteger)
+        )
+        .where(BudgetReservation.budget == budget, BudgetReservation.state == "held")
+        .group_by(BudgetReservation.currency)
+    )
+    return {currency: int(total or 0) for currency, total in session.execute(query)}
+
+
+@dataclass(frozen=True)
+class BudgetLimit:
+    name: str
+    scope: ScopeKind
+    value: str
+    amount: Money
+    period: Period
+    hard: bool = True
+
+
+def budget_limits(cfg: Config) -> list[BudgetLimit]:
+    """The configured Budgets as the ledger checks them."""
+    out = []
+    for name, b in sorted(cfg.budgets.items()):
+        scope = b.spec.scope
+        kind: ScopeKind = "team" if scope.team else "policy" if scope.policy else "namespace"
+        out.append(
+            BudgetLimit(
+                name,
+                kind,
+                scope.team or scope.policy or scope.namespace or "",
+                Money.of(b.spec.amount, b.spec.currency),
+                b.spec.period,
+                b.spec.enforcement == "hard",
+            )
+        )
+    return out
+
+
+def used(
+    session: Session, budget: BudgetLimit, now: datetime, usd_rates: Mapping[str, Decimal]
+) -> Money:
+    start, end = period_bounds(budget.period, now)
+    amounts: dict[str, int] = {}
+    for part in (
+        spent(session, budget.scope, budget.value, start, end),
+        held(session, budget.name),
+    ):
+        for code, micros in part.items():
+            amounts[code] = amounts.get(code, 0) + micros
+    return convert(amounts, budget.amount.currency, usd_rates)
+
+
+def _lock(session: Session, budget: str) -> None:
+    """Serialise writers of one budget until the end of the transaction."""
+    if session.get_bind().dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(budget.encode()).digest()[:8], "big", signed=True)
+        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    else:
+        # SQLite has one writer: take the write lock now, before reading what is left.
+        session.execute(text("UPDATE budget_reservations SET state = state WHERE 0"))
+
+
+def reserve(
+    session: Session,
+    budget: BudgetLimit,
+    amount: Money,
+    clock: Clock,
+    usd_rates: Mapping[str, Decimal],
+    *,
+    pool_id: int | None = None,
+    workload_id: int | None = None,
+) -> BudgetReservation:
+    """Hold `amount` against `budget`; a hard budget refuses what would exceed it."""
+    _lock(session, budget.name)
+    now = clock.now()
+    needed = convert({amount.currency: amount.micros}, budget.amount.currency, usd_rates)
+    left = budget.amount - used(session, budget, now, usd_rates)
+    if budget.hard and needed > left:
+        raise BudgetExceeded(budget.name, left, needed)
+    if needed > left:
+        log.warning("soft budget %s exceeded: %s left, %s reserved", budget.name, left, needed)
+    row = BudgetReservation(
+        budget=budget.name,
+        pool_id=pool_id,
+        workload_id=workload_id,
+        amount_micros=amount.micros,
+        currency=amount.currency,
+        state="held",
+        created_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def release(session: Session, reservation_ids: Sequence[int], clock: Clock) -> int:
+    """Release held reservations (their pool went; its actual spend is posted). Returns how many."""
+    released = 0
+    for rid in reservation_ids:
+        row = session.get(BudgetReservation, rid)
+        if row is not None and row.state == "held":
+            row.state, row.released_at = "released", clock.now()
+            released += 1
+    return released
+
+
+def crossed(
+    used_micros: int, amount_micros: int, thresholds: Iterable[int], before_micros: int
+) -> list[int]:
+    """Alert thresholds (percent) that `used` has crossed since `before` (pure)."""
+    return [
+        t
+        for t in sorted(thresholds)
+        if before_micros * 100 < t * amount_micros <= used_micros * 100
+    ]
+
+
+def workload_cost(session: Session, workload_uid: str) -> dict[str, int]:
+    """What a workload has cost so far, per currency (for its `burst.dev/cost` annotation)."""
+    query = (
+        select(LedgerEntry.currency, cast(func.sum(LedgerEntry.amount_micros), BigInteger))
+        .where(LedgerEntry.workload_uid == workload_uid)
+        .group_by(LedgerEntry.currency)
+    )
+    return {currency: int(total or 0) for currency, total in session.execute(query)}
+
+
+@dataclass(frozen=True)
+class Alert:
+    budget: str
+    threshold: int  # percent
+    used: Money
+    amount: Money
+    hard: bool
+
+    @property
+    def message(self) -> str:
+        kind = "hard" if self.hard else "soft"
+        return (
+            f"{kind} budget {self.budget}: {self.threshold}% reached ({self.used} of {self.amount})"
+        )
+
+
+def budget_alerts(
+    session: Session,
+    budgets: Iterable[tuple[BudgetLimit, Sequence[int]]],
+    now: datetime,
+    usd_rates: Mapping[str, Decimal],
+    last_seen: dict[str, int],
+) -> list[Alert]:
+    """Thresholds crossed since the last look (`last_seen`: budget -> used micros, updated here).
+
+    The caller delivers them: a log line and a metric here, an Event on the budget's running
+    workloads in the service.
+    """
+    alerts = []
+    for budget, thresholds in budgets:
+        now_used = used(session, budget, now, usd_rates)
+        before = last_seen.get(budget.name, 0)
+        for threshold in crossed(now_used.micros, budget.amount.micros, thresholds, before):
+            alert = Alert(budget.name, threshold, now_used, budget.amount, budget.hard)
+            log.warning(alert.message)
+            BUDGET_ALERTS.labels(budget=budget.name, threshold=str(threshold)).inc()
+            alerts.append(alert)
+        last_seen[budget.name] = now_used.micros
+    return alerts

@@ -1,0 +1,245 @@
+"""The sandbox's workload controllers: Jobs (pods from the template up to parallelism/completions,
+backoffLimit, `suspend`, leaving alone a Job whose `spec.managedBy` names another controller) and
+Kubeflow PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions)."""
+
+from __future__ import annotations
+
+import copy
+
+from burst.sandbox.base import (
+    JOB_CONTROLLER,
+    JOBS,
+    PODS,
+    PYTORCHJOBS,
+    TERMINAL,
+    ControllerBase,
+    _condition,
+    _meta,
+    _set_condition,
+)
+from burst.sandbox.errors import ApiError
+from burst.sandbox.store import timestamp
+
+
+class WorkloadControllers(ControllerBase):
+    # -- Job --
+
+    def _job(self, namespace: str, name: str) -> None:
+        job = self.store.find(JOBS, namespace, name)
+        if job is None or _meta(job).get("deletionTimestamp"):
+            return
+        spec = job.get("spec") or {}
+        if spec.get("managedBy") not in (None, JOB_CONTROLLER):
+            return  # another controller (e.g. MultiKueue) owns this Job's status and pods
+        status = copy.deepcopy(job.get("status") or {})
+        conditions = status.get("conditions") or []
+        if any(
+            c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            for c in conditions
+        ):
+            return
+        now = self.clock.now()
+        pods = self._pods_of(job)
+        active = [
+            p
+            for p in pods
+            if (p.get("status") or {}).get("phase") not in TERMINAL
+            and not _meta(p).get("deletionTimestamp")
+        ]
+        succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
+        failed = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
+        if spec.get("suspend"):
+            for pod in active:
+                self._delete(PODS, pod, "Background")
+            status["conditions"] = _set_condition(
+                conditions, _condition("Suspended", "True", "JobSuspended", "Job suspended", now)
+            )
+            status["active"] = 0
+            self._write_status(JOBS, job, status)
+            return
+        if conditions and any(
+            c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions
+        ):
+            conditions = _set_condition(
+                conditions, _condition("Suspended", "False", "JobResumed", "Job resumed", now)
+            )
+        status.setdefault("startTime", timestamp(now))
+        completions = spec.get("completions")
+        parallelism = int(spec.get("parallelism", 1))
+        done = (
+            succeeded >= completions if completions is not None else (succeeded > 0 and not active)
+        )
+        if failed > int(spec.get("backoffLimit", 6)):
+            for pod in active:
+                self._delete(PODS, pod, "Background")
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "Failed",
+                    "True",
+                    "BackoffLimitExceeded",
+                    "Job has reached the specified backoff limit",
+                    now,
+                ),
+            )
+            self._event(
+                job,
+                "Warning",
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            )
+            active = []
+        elif done:
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "SuccessCriteriaMet",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    now,
+                ),
+            )
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "Complete",
+                    "True",
+                    "CompletionsReached",
+                    "Reached expected number of succeeded pods",
+                    now,
+                ),
+            )
+            status["completionTime"] = timestamp(now)
+            self._event(job, "Normal", "Completed", "Job completed")
+        else:
+            remaining = (completions - succeeded) if completions is not None else 1
+            want = (
+                min(parallelism, remaining)
+                if completions is not None
+                else (parallelism if not succeeded else 0)
+            )
+            for _ in range(max(0, want - len(active))):
+                try:
+                    active.append(
+                        self._create_pod(job, (spec.get("template") or {}), f"{name}-", {})
+                    )
+                except ApiError as exc:
+                    if exc.code != 403:
+                        raise
+                    # Refused by a ResourceQuota: the real job controller reports and waits.
+                    self._event(job, "Warning", "FailedCreate", f"Error creating: {exc.message}")
+                    break
+        status.update(
+            active=len(active),
+            succeeded=succeeded,
+            failed=failed,
+            ready=sum(1 for p in active if (p.get("status") or {}).get("phase") == "Running"),
+        )
+        if conditions:
+            status["conditions"] = conditions
+        self._write_status(JOBS, job, status)
+
+    # -- PyTorchJob --
+
+    def _pytorchjob(self, namespace: str, name: str) -> None:
+        job = self.store.find(PYTORCHJOBS, namespace, name)
+        if job is None or _meta(job).get("deletionTimestamp"):
+            return
+        spec = job.get("spec") or {}
+        status = copy.deepcopy(job.get("status") or {})
+        conditions = status.get("conditions") or []
+        if any(
+            c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True"
+            for c in conditions
+        ):
+            return
+        now = self.clock.now()
+        pods = self._pods_of(job)
+        if not conditions:
+            conditions = [
+                _condition(
+                    "Created", "True", "PyTorchJobCreated", f"PyTorchJob {name} is created.", now
+                )
+            ]
+        if (spec.get("runPolicy") or {}).get("suspend"):
+            for running in pods:
+                if (running.get("status") or {}).get("phase") not in TERMINAL:
+                    self._delete(PODS, running, "Background")
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "Suspended",
+                    "True",
+                    "PyTorchJobSuspended",
+                    f"PyTorchJob {name} is suspended.",
+                    now,
+                ),
+            )
+            status["conditions"] = conditions
+            self._write_status(PYTORCHJOBS, job, status)
+            return
+        replicas = spec.get("pytorchReplicaSpecs") or {}
+        by_name = {_meta(p)["name"]: p for p in pods}
+        replica_statuses: dict[str, dict[str, int]] = {}
+        for rtype, rspec in sorted(replicas.items()):
+            counts = {"active": 0, "succeeded": 0, "failed": 0}
+            for index in range(int((rspec or {}).get("replicas", 1))):
+                pod_name = f"{name}-{rtype.lower()}-{index}"
+                pod = by_name.get(pod_name)
+                if pod is None:
+                    labels = {
+                        "training.kubeflow.org/job-name": name,
+                        "training.kubeflow.org/replica-type": rtype.lower(),
+                        "training.kubeflow.org/replica-index": str(index),
+                        "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                    }
+                    pod = self._create_pod(
+                        job, (rspec or {}).get("template") or {}, "", labels, pod_name
+                    )
+                phase = (pod.get("status") or {}).get("phase")
+                key = {"Succeeded": "succeeded", "Failed": "failed"}.get(phase or "", "active")
+                counts[key] += 1
+            replica_statuses[rtype] = counts
+        status["replicaStatuses"] = replica_statuses
+        status.setdefault("startTime", timestamp(now))
+        master = replica_statuses.get("Master")
+        if any(c["failed"] for c in replica_statuses.values()):
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "Failed", "True", "PyTorchJobFailed", f"PyTorchJob {name} has failed.", now
+                ),
+            )
+            status["completionTime"] = timestamp(now)
+        elif master and master["succeeded"] >= 1:
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "Running",
+                    "False",
+                    "PyTorchJobSucceeded",
+                    f"PyTorchJob {name} is successfully completed.",
+                    now,
+                ),
+            )
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "Succeeded",
+                    "True",
+                    "PyTorchJobSucceeded",
+                    f"PyTorchJob {name} is successfully completed.",
+                    now,
+                ),
+            )
+            status["completionTime"] = timestamp(now)
+        elif any(p.get("status", {}).get("phase") == "Running" for p in pods):
+            conditions = _set_condition(
+                conditions,
+                _condition(
+                    "Running", "True", "PyTorchJobRunning", f"PyTorchJob {name} is running.", now
+                ),
+            )
+        status["conditions"] = conditions
+        self._write_status(PYTORCHJOBS, job, status)

@@ -1,0 +1,193 @@
+"""Writes to the sandbox store: create (with admission), replace and patch (merge, JSON and
+strategic merge, with optimistic concurrency: 409 on a stale resourceVersion), status subresources,
+and pod binding. Stored objects are never mutated in place: every write stores a new dict."""
+
+from __future__ import annotations
+
+import copy
+import string
+import uuid
+from typing import Any
+
+from burst.sandbox.admission import admit_quota, defaults
+from burst.sandbox.errors import ApiError, already_exists, conflict, not_found
+from burst.sandbox.objects import Obj, ObjectState, meta_of, timestamp
+from burst.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
+from burst.sandbox.resources import BY_KIND, Resource
+
+
+class Writes(ObjectState):
+    def create(self, res: Resource, namespace: str, body: Obj) -> Obj:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        if obj.get("kind", res.kind) != res.kind:
+            raise ApiError(400, "BadRequest", f"kind {obj.get('kind')} does not match {res.kind}")
+        obj["kind"], obj["apiVersion"] = res.kind, res.api_version
+        with self._cond:
+            if not meta.get("name"):
+                prefix = meta.get("generateName")
+                if not prefix:
+                    raise ApiError(422, "Invalid", f"{res.kind} name or generateName is required")
+                alphabet = string.ascii_lowercase + string.digits
+                meta["name"] = prefix + "".join(self._rng.choice(alphabet) for _ in range(5))
+            if res.namespaced:
+                namespace = namespace or meta.get("namespace") or "default"
+                if meta.get("namespace", namespace) != namespace:
+                    raise ApiError(
+                        400, "BadRequest", "the namespace of the object does not match the request"
+                    )
+                if namespace and ("", namespace) not in self._objects["/namespaces"]:
+                    raise not_found("namespaces", namespace)
+                meta["namespace"] = namespace
+            else:
+                meta.pop("namespace", None)
+                namespace = ""
+            key = (namespace, meta["name"])
+            if key in self._objects[res.key]:
+                raise already_exists(res.plural, meta["name"], res.group)
+            if res.kind == "Pod":
+                admit_quota(self._objects["/resourcequotas"].values(), namespace, obj)
+            meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+            meta["creationTimestamp"] = timestamp(self.clock.now())
+            meta["generation"] = 1
+            meta.pop("deletionTimestamp", None)
+            defaults(res, obj)
+            meta["resourceVersion"] = self._next_rv()
+            self._objects[res.key][key] = obj
+            self._uids.add(meta["uid"])
+            self._index_owners(res, obj, None)
+            self._record("ADDED", res, obj, None)
+            return obj
+
+    def replace(
+        self, res: Resource, namespace: str, name: str, body: Obj, status: bool = False
+    ) -> Obj:
+        """PUT: the whole object (or, with `status`, only its status)."""
+        with self._cond:
+            current = self.get(res, namespace, name)
+            want = meta_of(body).get("resourceVersion")
+            if want and want != meta_of(current)["resourceVersion"]:
+                raise conflict(
+                    res.plural,
+                    name,
+                    "the object has been modified; please apply your "
+                    "changes to the latest version and try again",
+                    res.group,
+                )
+            if meta_of(body).get("name", name) != name:
+                raise ApiError(
+                    400, "BadRequest", "the name of the object does not match the request"
+                )
+            return self._write(res, current, body, status)
+
+    def patch(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        content_type: str,
+        body: Any,
+        status: bool = False,
+    ) -> Obj:
+        with self._cond:
+            current = self.get(res, namespace, name)
+            kind = content_type.split(";")[0].strip()
+            if kind == "application/merge-patch+json":
+                patched = merge_patch(current, body)
+            elif kind == "application/json-patch+json":
+                patched = json_patch(copy.deepcopy(current), body)
+            elif kind == "application/strategic-merge-patch+json":
+                if not res.builtin:
+                    raise ApiError(
+                        415,
+                        "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - accepted media "
+                        "types include: application/json-patch+json, application/merge-patch+json, "
+                        "application/apply-patch+yaml",
+                    )
+                patched = strategic_merge_patch(current, body)
+            else:
+                raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type {kind!r}")
+            if not isinstance(patched, dict):
+                raise ApiError(422, "Invalid", "the patch did not produce an object")
+            want = meta_of(patched).get("resourceVersion")
+            if want and want != meta_of(current)["resourceVersion"]:
+                raise conflict(
+                    res.plural,
+                    name,
+                    "the object has been modified; please apply your "
+                    "changes to the latest version and try again",
+                    res.group,
+                )
+            return self._write(res, current, patched, status)
+
+    def _write(self, res: Resource, current: Obj, body: Obj, status: bool) -> Obj:
+        new = copy.deepcopy(body)
+        old_meta = meta_of(current)
+        if status:
+            new = {**current, "status": new.get("status", {})}
+        else:
+            meta = new.setdefault("metadata", {})
+            for frozen in (
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "name",
+                "deletionTimestamp",
+                "generation",
+            ):
+                if frozen in old_meta:
+                    meta[frozen] = old_meta[frozen]
+                else:
+                    meta.pop(frozen, None)
+            if res.status:
+                if "status" in current:
+                    new["status"] = current["status"]
+                else:
+                    new.pop("status", None)
+            if new.get("spec") != current.get("spec"):
+                meta["generation"] = int(old_meta.get("generation", 1)) + 1
+        new["kind"], new["apiVersion"] = res.kind, res.api_version
+        new["metadata"] = {**meta_of(new), "resourceVersion": old_meta["resourceVersion"]}
+        if new == current:
+            return current  # a no-op write changes nothing, not even the resourceVersion
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        key = (old_meta.get("namespace", ""), old_meta["name"])
+        if meta_of(new).get("deletionTimestamp") and not meta_of(new).get("finalizers"):
+            return self._remove(res, key, new)
+        self._objects[res.key][key] = new
+        self._index_owners(res, new, current)
+        self._record("MODIFIED", res, new, current)
+        return new
+
+    def bind(self, namespace: str, name: str, node: str) -> None:
+        pods = BY_KIND["Pod"]
+        with self._cond:
+            pod = self.get(pods, namespace, name)
+            if pod.get("spec", {}).get("nodeName"):
+                raise conflict(
+                    "pods",
+                    name,
+                    f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}",
+                )
+            patched = copy.deepcopy(pod)
+            patched["spec"]["nodeName"] = node
+            conditions = [
+                c
+                for c in patched.get("status", {}).get("conditions", [])
+                if c.get("type") != "PodScheduled"
+            ]
+            conditions.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "True",
+                    "lastTransitionTime": timestamp(self.clock.now()),
+                }
+            )
+            patched.setdefault("status", {})["conditions"] = conditions
+            new = {**patched, "metadata": {**meta_of(pod), "resourceVersion": self._next_rv()}}
+            key = (namespace, name)
+            self._objects[pods.key][key] = new
+            self._record("MODIFIED", pods, new, pod)

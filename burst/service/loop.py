@@ -1,0 +1,304 @@
+"""One reconcile pass: observe the clusters and clouds, decide, act, and record it all.
+
+observe (the on-prem Observer, pools and dispatches from the database, budgets from the ledger) ->
+`decide.plan` -> act through provision (pools), replicate (dispatch once a pool is ready), sync
+(mirror, finish, clean up), and meter (a pool's charges are posted when it is deleted). Each step
+records its intent in the database before it calls out, so a pass killed at any line is finished
+by the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from burst import decide, failpoints
+from burst.amounts import Money
+from burst.clock import Clock
+from burst.cloud.catalog import Catalog, UnavailableOffers
+from burst.cloud.provision import Provisioner, pool_views
+from burst.config import Config, selector_matches
+from burst.kube.observe import Observer
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import Syncer
+from burst.metrics import DECISION_SECONDS
+from burst.model import (
+    BudgetView,
+    CreatePool,
+    DeletePool,
+    Dispatch,
+    Plan,
+    ResizePool,
+    Snapshot,
+)
+from burst.model import Workload as WorkloadView
+from burst.money import ledger
+from burst.service.teardown import Teardown
+from burst.store.tables import Dispatch as DispatchRow
+from burst.store.tables import Pool, Workload
+
+log = logging.getLogger(__name__)
+ACTIVE = ("planned", "dispatched")
+CAPACITY_REPLANS = 3  # plans tried in one pass when clouds refuse pools for capacity
+
+
+@dataclass
+class PassReport:
+    plan: Plan
+    dispatched: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        catalog: Catalog,
+        clock: Clock,
+        sessions: sessionmaker[Session],
+        observer: Observer,
+        local: KubeObjects,
+        remotes: Mapping[str, KubeObjects],
+        provisioner: Provisioner,
+        replicator: Replicator,
+        syncer: Syncer,
+        budgets: Sequence[ledger.BudgetLimit] = (),
+    ) -> None:
+        assert config.service is not None
+        self.config, self.service = config, config.service.spec
+        self.targets = {t.name: t for t in self.service.targets}
+        self.catalog, self.clock, self.sessions = catalog, clock, sessions
+        self.observer, self.local, self.remotes = observer, local, remotes
+        self.provisioner, self.replicator, self.syncer = provisioner, replicator, syncer
+        self.budgets = list(budgets)
+        self.unavailable: UnavailableOffers = provisioner.unavailable
+        self.teardown = Teardown(
+            config=config,
+            clock=clock,
+            sessions=sessions,
+            local=local,
+            provisioner=provisioner,
+            syncer=syncer,
+        )
+
+    # -- the pass --
+
+    def run_once(self) -> PassReport:
+        with self.sessions() as s:
+            self.provisioner.refresh(s)
+            for pool in self.provisioner.deleting(s):  # a pass died while deleting it
+                self.teardown.delete_pool(s, pool.name, pool.state_reason or "deleting")
+            report = PassReport(Plan())
+            self._dispatch_ready(s, report)
+            self._sync(s, report)
+            report.plan = self._plan(s)
+            refused = self._act(s, report.plan)
+            # A pool refused for capacity backs its offer off at once; plan again in this pass,
+            # so its workloads go to the next-best offer now rather than a pass later.
+            for _ in range(CAPACITY_REPLANS):
+                if not refused:
+                    break
+                self._dispatch_ready(s, report)  # their dispatches go back to the queue
+                report.plan = self._plan(s)
+                refused = self._act(s, report.plan)
+            return report
+
+    def _dispatch_ready(self, s: Session, report: PassReport) -> None:
+        """Replicate every planned dispatch whose pool is ready; requeue those whose pool failed."""
+        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "planned")).all():
+            self._dispatch_one(s, d, report)
+
+    def _dispatch_one(self, s: Session, d: DispatchRow, report: PassReport) -> None:
+        pool = s.get(Pool, d.pool_id)
+        w = s.get(Workload, d.workload_id)
+        assert w is not None and pool is not None
+        if pool.state == "failed":  # the pool never came: back to the queue, the next plan decides
+            d.state, w.state = "cancelled", "pending"
+            w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
+            s.commit()
+            return
+        if pool.state != "ready":
+            return
+        obj = self.local.read(w.kind, w.namespace, w.name)
+        if obj is None:
+            d.state, w.state = "cancelled", "cancelled"
+            s.commit()
+            return
+        policy = self.config.policies[w.policy or ""]
+        target = self.targets[d.target]
+        result = self.replicator.dispatch(
+            obj,
+            self.remotes[d.target],
+            target=d.target,
+            pool=pool.name,
+            remote_namespace=target.remote_namespace.format(namespace=w.namespace),
+            rules=policy.spec.replication,
+        )
+        failpoints.hit("dispatch-not-recorded")
+        d.remote_namespace, d.remote_name, d.updated_at = (
+            result.remote_namespace,
+            result.remote_name,
+            self.clock.now(),
+        )
+        if result.outcome == "dispatched":
+            d.state, w.state = "dispatched", "dispatched"
+            report.dispatched.append(f"{w.namespace}/{w.name}")
+        elif result.outcome == "started-on-prem":
+            d.state, w.state = "cancelled", "cancelled"
+            w.state_reason = "started on-prem before its dispatch"
+        else:
+            d.state, w.state = "cancelled", "cancelled"
+            w.state_reason = "refused: " + "; ".join(result.reasons)
+            report.refused.append(f"{w.namespace}/{w.name}")
+        s.commit()
+
+    def _sync(self, s: Session, report: PassReport) -> None:
+        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "dispatched")).all():
+            w = s.get(Workload, d.workload_id)
+            assert w is not None
+            obj = self.local.read(w.kind, w.namespace, w.name)
+            if obj is None:  # the user deleted it: the remote copy goes too
+                self.remotes[d.target].delete(w.kind, d.remote_namespace, d.remote_name)
+                d.state, w.state = "done", "cancelled"
+                s.commit()
+                continue
+            micros = ledger.workload_cost(s, w.uid).get("USD")
+            update = self.syncer.sync(
+                obj,
+                self.remotes[d.target],
+                d.remote_namespace,
+                d.remote_name,
+                f"{d.target}/{s.get(Pool, d.pool_id).name}",  # type: ignore[union-attr]
+                Money(micros, "USD") if micros else None,
+            )
+            if update.finished is not None:
+                d.state, w.state, d.updated_at = "done", update.finished, self.clock.now()
+                report.finished.append(f"{w.namespace}/{w.name}")
+                s.commit()
+
+    def _budget_views(self, s: Session) -> tuple[BudgetView, ...]:
+        rates = self.service.usd_exchange_rates
+        now = self.clock.now()
+        return tuple(
+            BudgetView(b.name, b.scope, b.value, b.amount - ledger.used(s, b, now, rates), b.hard)
+            for b in self.budgets
+        )
+
+    def _plan(self, s: Session) -> Plan:
+        known = {w.uid: w for w in s.scalars(select(Workload))}
+        pending = []
+        for w in self.observer.workloads():
+            row = known.get(w.uid)
+            if row is None or row.state == "pending":
+                pending.append(w)
+            elif row.state == "planned":
+                pending.append(replace(w, phase="planned", planned_pool=None))
+        used: dict[str, list[int]] = {}
+        active_pools = set()
+        for d in s.scalars(select(DispatchRow).where(DispatchRow.state.in_(ACTIVE))):
+            held = s.get(Workload, d.workload_id)
+            pool = s.get(Pool, d.pool_id)
+            if held is not None and pool is not None:
+                used.setdefault(pool.name, []).extend([held.gpus_per_pod] * held.pods)
+                active_pools.add(pool.name)
+        now = self.clock.now()
+        for pool in s.scalars(select(Pool).where(Pool.state == "ready")):
+            if pool.name in active_pools:
+                self.teardown.idle_since.pop(pool.name, None)
+            else:
+                self.teardown.idle_since.setdefault(pool.name, now)
+        snapshot = Snapshot(
+            taken_at=now,
+            workloads=tuple(pending),
+            onprem=self.observer.onprem(),
+            pools=tuple(pool_views(s, used, self.teardown.idle_since)),
+            budgets=self._budget_views(s),
+            unavailable=tuple(self.unavailable.current()),
+        )
+        with DECISION_SECONDS.time():
+            return decide.plan(snapshot, self.catalog, self.config, now)
+
+    def _act(self, s: Session, plan: Plan) -> list[str]:
+        """Carry the plan out; returns the pools the cloud refused at once."""
+        by_uid = {w.uid: w for w in self.observer.workloads()}
+        refused = []
+        for action in plan.actions:
+            if isinstance(action, CreatePool):
+                if self.provisioner.create(s, action).state == "failed":
+                    refused.append(action.pool)
+            elif isinstance(action, ResizePool):
+                self.provisioner.resize(s, action.pool, action.nodes)
+            elif isinstance(action, Dispatch):
+                w = by_uid.get(action.workload)
+                if w is not None:
+                    self._record_dispatch(s, action, w)
+            elif isinstance(action, DeletePool):
+                self.teardown.delete_pool(s, action.pool, action.reason)
+        # Planned dispatches are intents for the next pass, which replicates them: one commit for
+        # all of them (a pass that dies before it loses only plans, and the next pass plans again).
+        s.commit()
+        return refused
+
+    def _record_dispatch(self, s: Session, action: Dispatch, w: WorkloadView) -> None:
+        """The dispatch intent, for the next pass to replicate once its pool is ready."""
+        pool = s.scalar(select(Pool).where(Pool.name == action.pool))
+        if pool is None:
+            return
+        now = self.clock.now()
+        row = s.scalar(select(Workload).where(Workload.uid == w.uid))
+        if row is None:
+            row = Workload(
+                uid=w.uid,
+                kind=w.kind,
+                namespace=w.namespace,
+                name=w.name,
+                team=w.team,
+                gpus_per_pod=w.gpus_per_pod,
+                pods=w.pods,
+                accelerator=w.accelerator,
+                created_at=w.created,
+                updated_at=now,
+            )
+            s.add(row)
+        row.policy = self._policy_name(w.namespace, w.labels)
+        row.state, row.state_reason, row.updated_at = "planned", action.reason, now
+        s.flush()
+        attempt = 1 + len(
+            list(s.scalars(select(DispatchRow).where(DispatchRow.workload_id == row.id)))
+        )
+        s.add(
+            DispatchRow(
+                workload_id=row.id,
+                pool_id=pool.id,
+                attempt=attempt,
+                target=action.target,
+                remote_namespace="",
+                remote_name=f"planned-{row.uid}-{attempt}",
+                state="planned",
+                epoch=self.provisioner.epoch,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+    def _policy_name(self, namespace: str, labels: Mapping[str, str]) -> str:
+        return next(
+            name
+            for name, p in sorted(self.config.policies.items())
+            if selector_matches(p.spec.selector, namespace, labels)
+        )
+
+    def refresh_prices(self) -> list[str]:
+        """Ask every provider that has live prices for them; the catalog keeps the last good ones."""
+        problems: list[str] = []
+        for target, provider in sorted(self.provisioner.providers.items()):
+            refresh = getattr(provider, "refresh_prices", None)
+            if refresh is not None:
+                problems += [f"{target}: {p}" for p in refresh()]
+        return problems

@@ -1,0 +1,170 @@
+"""Teardown and metering, the end of a pool's life: delete a pool in the cloud, post its charges to
+the ledger, then mark it deleted (each step safe to repeat, so a pass killed between any two leaves a
+`deleting` row the next pass finishes); and orphans both ways: pools in a cloud with our owner tag
+but no row are deleted after a grace period, rows whose cloud pool is gone are closed, metered, and
+their workloads requeued."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import cast
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from burst import failpoints
+from burst.amounts import Money
+from burst.clock import Clock
+from burst.cloud.provider import ProviderError
+from burst.cloud.provision import Provisioner
+from burst.config import Config
+from burst.kube.replicate import KubeObjects
+from burst.kube.sync import Syncer
+from burst.model import Cloud
+from burst.money import ledger
+from burst.money.meter import PoolHistory, Use, meter
+from burst.store.tables import Dispatch as DispatchRow
+from burst.store.tables import Pool, PoolEvent, Workload
+
+log = logging.getLogger(__name__)
+ACTIVE = ("planned", "dispatched")
+
+
+class Teardown:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        clock: Clock,
+        sessions: sessionmaker[Session],
+        local: KubeObjects,
+        provisioner: Provisioner,
+        syncer: Syncer,
+    ) -> None:
+        assert config.service is not None
+        self.config, self.service = config, config.service.spec
+        self.targets = {t.name: t for t in self.service.targets}
+        self.clock, self.sessions, self.local = clock, sessions, local
+        self.provisioner, self.syncer = provisioner, syncer
+        self.idle_since: dict[str, datetime] = {}  # ready pools with nothing on them, since when
+        self._orphans_seen: dict[str, datetime] = {}
+
+    # -- orphans, both ways --
+
+    def collect_orphans(self, grace: timedelta = timedelta(minutes=10)) -> list[str]:
+        """Pools in a cloud with our owner tag but no row (a create whose row was lost) are deleted
+        once seen for `grace`; rows whose cloud pool is gone are closed, metered, and their
+        workloads requeued. Returns what was done, in words."""
+        done: list[str] = []
+        now = self.clock.now()
+        with self.sessions() as s:
+            rows = {p.name: p for p in s.scalars(select(Pool))}
+            for target, provider in sorted(self.provisioner.providers.items()):
+                try:
+                    in_cloud = {
+                        p.name: p for p in provider.list_pools(self.service.installation_id)
+                    }
+                except ProviderError as exc:
+                    log.warning("orphan scan of %s: %s", target, exc.message)
+                    continue
+                for name in sorted(in_cloud):
+                    row = rows.get(name)
+                    if row is not None and row.state not in ("deleted", "failed"):
+                        self._orphans_seen.pop(name, None)
+                        continue
+                    first = self._orphans_seen.setdefault(name, now)
+                    if now - first >= grace:
+                        provider.delete_pool(name)
+                        self._orphans_seen.pop(name, None)
+                        done.append(f"deleted orphan pool {target}/{name}")
+                for row in [
+                    r
+                    for r in rows.values()
+                    if r.target == target and r.state in ("ready", "creating")
+                ]:
+                    if row.name not in in_cloud:
+                        done.append(f"pool {row.name} vanished from {target}")
+                        self._lost_pool(s, row)
+        return done
+
+    def _lost_pool(self, s: Session, row: Pool) -> None:
+        row.deleted_at = self.clock.now()
+        row.state_reason = "gone from the cloud"
+        self.meter_pool(s, row)
+        self.provisioner.mark_deleted(s, row)
+        for d in s.scalars(
+            select(DispatchRow).where(DispatchRow.pool_id == row.id, DispatchRow.state.in_(ACTIVE))
+        ).all():
+            w = s.get(Workload, d.workload_id)
+            if w is None:
+                continue
+            obj = self.local.read(w.kind, w.namespace, w.name)
+            if obj is not None:
+                self.syncer.requeue(obj, d.target)
+            d.state, w.state, w.state_reason = "cancelled", "requeued", f"pool {row.name} was lost"
+        s.commit()
+
+    # -- teardown and metering --
+
+    def delete_pool(self, s: Session, name: str, reason: str) -> None:
+        """Delete in the cloud, post the pool's charges, then mark it deleted: each step is safe to
+        repeat, so a pass killed between any two leaves a `deleting` row the next pass finishes."""
+        row = self.provisioner.delete(s, name, reason)
+        if row is not None:
+            self.idle_since.pop(name, None)
+            self.meter_pool(s, row)
+            failpoints.hit("pool-metered")
+            self.provisioner.mark_deleted(s, row)
+
+    def meter_pool(self, s: Session, row: Pool) -> int:
+        events = list(
+            s.scalars(select(PoolEvent).where(PoolEvent.pool_id == row.id).order_by(PoolEvent.at))
+        )
+        changes = tuple((e.at, e.nodes) for e in events if e.to_state in ("creating", "ready"))
+        uses = []
+        for d in s.scalars(
+            select(DispatchRow).where(DispatchRow.pool_id == row.id, DispatchRow.state == "done")
+        ):
+            w = s.get(Workload, d.workload_id)
+            if w is not None:
+                uses.append(Use(w.uid, w.team, w.gpus_per_pod * w.pods, d.created_at, d.updated_at))
+        policy = self.config.policies.get(row.policy)
+        team = policy.spec.team if policy and policy.spec.team else "burst-platform"
+        history = PoolHistory(
+            pool=row.name,
+            cloud=cast(Cloud, row.provider),  # the cloud whose prices and billing rule apply
+            team=team,
+            policy=row.policy,
+            unit_price_micros=row.unit_price_micros,
+            currency=row.currency,
+            price_source=row.price_source,
+            gpus_per_node=row.gpus_per_node,
+            created=row.created_at,
+            ready=row.ready_at,
+            node_changes=changes,
+            deleted=row.deleted_at,
+        )
+        charges = meter(history, uses, (row.deleted_at or self.clock.now()) + timedelta(hours=2))
+        namespaces = {w.uid: w.namespace for w in s.scalars(select(Workload))}
+        target = self.targets[row.target]
+        context = ledger.ChargeContext(row.id, row.policy, target.cloud, row.region, namespaces, {})
+        posted = ledger.post(s, charges, context, self.clock)
+        s.commit()
+        for use in uses:  # the jobs show what they cost
+            w = s.scalar(select(Workload).where(Workload.uid == use.workload))
+            micros = ledger.workload_cost(s, use.workload).get("USD")
+            if w is not None and micros is not None:
+                self.local.patch(
+                    w.kind,
+                    w.namespace,
+                    w.name,
+                    {
+                        "metadata": {
+                            "annotations": {
+                                f"{self.service.label_prefix}cost": str(Money(micros, "USD"))
+                            }
+                        }
+                    },
+                )
+        return posted

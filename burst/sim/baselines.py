@@ -1,0 +1,186 @@
+"""The policies a platform would otherwise pick, for `burst simulate --baselines` to compare burst
+with, on the same trace, seed and simulated clouds (simulate.py):
+
+- `never`: never burst; everything waits for on-prem.
+- `no-wait`: a job that cannot start on-prem at once bursts to the cheapest on-demand offer.
+- `constant-wait`: a job still queued after a fixed wait bursts to the cheapest on-demand offer in
+  one fixed region (the policy's first target), as a cluster-autoscaler node group behaves.
+- `compute-wait`: Starburst's waiting policy (Cao et al., USENIX ATC '24): a job waits for on-prem
+  for `k x GPUs x runtime`; `k` is set from a waiting budget, here so that the mean wait over the
+  trace equals the budget (so constant-wait and compute-wait with one budget wait as long on average).
+
+None of them knows deadlines. They use the offers the burst policy may use (its targets, GPUs and
+price cap), reuse a pool of the same offer that has room, and let a pool go once it has been idle
+for the policy's idle TTL. They answer with the actions decide.plan would, so the simulator carries
+them out the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from burst.amounts import Money
+from burst.cloud.catalog import Catalog
+from burst.config import BurstPolicy, Config
+from burst.decide import allowed_accelerators
+from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer
+from burst.sim.simulate import World, price_cap_usd_micros, target_regions
+from burst.sim.state import first_fit
+from burst.sim.trace import SimJob
+
+DEFAULT_WAIT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    offer: Offer
+    target: str
+    nodes: int
+
+
+class Never:
+    name = "never"
+
+    def wake_at(self, job: SimJob) -> float | None:
+        return None
+
+    def decide(self, world: World) -> Sequence[Action]:
+        return ()
+
+
+class Waiting:
+    """Burst a queued job once it has waited `wait(job)` seconds, to the cheapest on-demand offer."""
+
+    def __init__(
+        self,
+        name: str,
+        config: Config,
+        policy: BurstPolicy,
+        catalog: Catalog,
+        wait: Callable[[SimJob], float],
+        *,
+        one_region: bool = False,
+    ) -> None:
+        self.name, self.policy, self.wait = name, policy, wait
+        names = policy.spec.placement.targets
+        self._targets = target_regions(config, names[:1] if one_region else names)
+        cap = price_cap_usd_micros(config, policy)
+        self._offers = [
+            o
+            for o in catalog.query(
+                allowed_accelerators(policy, None, catalog),
+                capacity="on-demand",
+                regions=set(self._targets),
+            )
+            if cap is None or o.hourly.micros <= cap
+        ]
+        self._choices: dict[tuple[int, int], _Choice | None] = {}
+        self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
+        self._made = 0
+
+    def wake_at(self, job: SimJob) -> float | None:
+        return job.submit + self.wait(job)
+
+    def _choice(self, job: SimJob) -> _Choice | None:
+        """The cheapest on-demand nodes for the job's pods (cached per pod shape)."""
+        shape = (job.gpus_per_pod, job.pods)
+        if shape not in self._choices:
+            best: _Choice | None = None
+            for o in self._offers:
+                per_node = o.gpus // job.gpus_per_pod
+                if per_node == 0:
+                    continue
+                nodes = math.ceil(job.pods / per_node)
+                if best is None or nodes * o.hourly.micros < best.nodes * best.offer.hourly.micros:
+                    best = _Choice(o, self._targets[(o.cloud, o.region)], nodes)
+            self._choices[shape] = best
+        return self._choices[shape]
+
+    def decide(self, world: World) -> Sequence[Action]:
+        actions: list[Action] = []
+        for p in world.pools.values():
+            if (
+                p.state in ("requested", "ready")
+                and p.idle_since is not None
+                and world.now - p.idle_since >= self._ttl
+            ):
+                actions.append(DeletePool(p.name, "idle for the idle TTL"))
+        gone = {a.pool for a in actions}
+        room = {v.name: v.free_per_node() for v in world.pool_views() if v.name not in gone}
+        offers = {name: world.pools[name].offer for name in room}
+        for i in world.queued():
+            job = world.jobs[i]
+            if job.planned_pool is not None or world.now - job.spec.submit < self.wait(job.spec):
+                continue
+            choice = self._choice(job.spec)
+            if choice is None:
+                continue
+            spec = job.spec
+            pool = next(
+                (
+                    name
+                    for name, free in room.items()
+                    if offers[name] == choice.offer.key
+                    and first_fit(free, spec.gpus_per_pod, spec.pods) is not None
+                ),
+                None,
+            )
+            if pool is None:
+                self._made += 1
+                pool = f"{self.name}-{self._made}"
+                actions.append(
+                    CreatePool(
+                        pool,
+                        choice.target,
+                        self.policy.metadata.name,
+                        choice.offer.key,
+                        choice.nodes,
+                        choice.offer.hourly,
+                        "waited long enough",
+                        Money(
+                            choice.offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD"
+                        ),
+                    )
+                )
+                room[pool] = [choice.offer.gpus] * choice.nodes
+                offers[pool] = choice.offer.key
+            for k in first_fit(room[pool], spec.gpus_per_pod, spec.pods) or []:
+                room[pool][k] -= spec.gpus_per_pod
+            actions.append(
+                Dispatch(
+                    str(i),
+                    pool,
+                    choice.target,
+                    "waited long enough",
+                    Money.zero("USD"),
+                    world.dt(world.now + spec.duration),
+                )
+            )
+        return actions
+
+
+def no_wait(config: Config, policy: BurstPolicy, catalog: Catalog) -> Waiting:
+    return Waiting("no-wait", config, policy, catalog, lambda job: 0.0)
+
+
+def constant_wait(
+    config: Config, policy: BurstPolicy, catalog: Catalog, wait: timedelta = DEFAULT_WAIT
+) -> Waiting:
+    seconds = wait.total_seconds()
+    return Waiting("constant-wait", config, policy, catalog, lambda job: seconds, one_region=True)
+
+
+def compute_wait(
+    config: Config,
+    policy: BurstPolicy,
+    catalog: Catalog,
+    jobs: Sequence[SimJob],
+    budget: timedelta = DEFAULT_WAIT,
+) -> Waiting:
+    """Starburst's compute-wait with k set so that the mean wait over `jobs` is `budget`."""
+    work = sum(j.gpus * j.duration for j in jobs) / len(jobs)
+    k = budget.total_seconds() / work
+    return Waiting("compute-wait", config, policy, catalog, lambda job: k * job.gpus * job.duration)

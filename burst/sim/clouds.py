@@ -1,0 +1,211 @@
+"""The simulated clouds, as providers/sim.py behaves: pools launched with log-normal latency per
+cloud, launches refused for capacity or failing as a whole, spot nodes interrupted (their jobs go
+back to the queue), the remote autoscaler removing nodes left empty; jobs planned onto a pool start
+when it has room. Each node is billed from request to end under its cloud's billing rule, split into
+overhead (before it is ready), idle (GPU time no job used) and use."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from burst.model import CreatePool
+from burst.money.meter import BILLING
+from burst.sim.queue import OnPremQueue
+from burst.sim.state import Node, Pool, first_fit
+
+
+class CloudPools(OnPremQueue):
+    def _create(self, a: CreatePool) -> bool:
+        offer = self.catalog.get(a.offer)
+        assert offer is not None, a.offer
+        if self.rng.random() < self.clouds.shortage:
+            self.refusals += 1
+            self.unavailable.mark(a.offer)
+            return False
+        self.pools_created += 1
+        pool = Pool(
+            len(self.pool_list), a.pool, a.target, a.policy, a.offer, offer.hourly.micros, self.now
+        )
+        self.pools[a.pool] = pool
+        self.pool_list.append(pool)
+        pool.doomed = self.rng.random() < self.clouds.launch_failure
+        self._boot(pool, a.nodes)
+        return True
+
+    def _boot(self, pool: Pool, count: int) -> None:
+        delay = self.clouds.latency[pool.offer.cloud].sample(self.rng)
+        # A launch fails as a whole: nodes added while it launches share its fate, and nodes
+        # added to a pool that is up come up.
+        fails = pool.state == "requested" and pool.doomed
+        for _ in range(count):
+            gpus = pool.offer.gpus
+            node = Node(gpus, self.now, self.now + delay, gpus)
+            pool.nodes.append(node)
+            pool.alive.append(node)
+        self._at(self.now + delay, "launch-failed" if fails else "nodes-ready", pool.id)
+
+    def _resize(self, pool: Pool, nodes: int) -> None:
+        live = pool.alive
+        if nodes > len(live):
+            self._boot(pool, nodes - len(live))
+            return
+        for node in [n for n in reversed(live) if not n.jobs][: len(live) - nodes]:
+            self._end_node(pool, node)
+
+    def _nodes_ready(self, pool: Pool) -> None:
+        if pool.state not in ("requested", "ready"):
+            return
+        if pool.state == "requested":
+            pool.state = "ready"
+            self.unavailable.succeeded(pool.offer)
+        rate = self.clouds.spot_interruptions_per_hour
+        if pool.offer.capacity == "spot" and rate > 0:
+            for k, node in enumerate(pool.nodes):
+                if node.ended is None and node.ready_at == self.now:
+                    lost = self.now + self.rng.expovariate(rate) * 3600
+                    self._at(lost, "interrupt", (pool.id, k))
+        # Idle only if no node runs anything: a node added to a busy pool comes up empty too.
+        if pool.idle_since is None and not pool.planned and not any(n.jobs for n in pool.alive):
+            pool.idle_since = self.now
+        self._start_planned(pool)
+        for k, node in enumerate(pool.nodes):
+            if node.ended is None and node.ready_at == self.now and not node.jobs:
+                self._node_empty(pool, k)
+        if pool.idle_since is not None:
+            self._idle_timer(pool)
+
+    def _scale_down(self, pool: Pool, k: int) -> None:
+        node = pool.nodes[k]
+        if (
+            node.ended is None
+            and node.empty_since is not None
+            and self.now - node.empty_since >= self.clouds.scale_down_after_s
+            and not pool.planned
+        ):
+            self._end_node(pool, node)
+
+    def _launch_failed(self, pool: Pool) -> None:
+        if pool.state != "requested":
+            return
+        self.failures += 1
+        self.unavailable.mark(pool.offer)
+        self._close(pool, "failed")
+        self.decide_at(self.now)
+
+    def _plan(self, i: int, pool: Pool) -> None:
+        self._unplan(i)
+        self.jobs[i].planned_pool = pool
+        pool.planned.add(i)
+        pool.idle_since = None
+        if pool.state == "ready":
+            self._start_planned(pool)
+
+    def _unplan(self, i: int) -> None:
+        job = self.jobs[i]
+        pool = job.planned_pool
+        if pool is not None:
+            pool.planned.discard(i)
+            job.planned_pool = None
+            self._idle_if_empty(pool)
+
+    def _start_planned(self, pool: Pool) -> None:
+        for i in sorted(pool.planned, key=lambda i: (self.jobs[i].spec.submit, i)):
+            job = self.jobs[i]
+            spots = first_fit(pool.room(self.now), job.spec.gpus_per_pod, job.spec.pods)
+            if spots is None:
+                continue
+            pool.planned.discard(i)
+            job.planned_pool = None
+            job.state, job.pool, job.nodes = "cloud", pool, spots
+            self.waiting.discard(i)
+            job.run_start = self.now
+            if job.started is None:
+                job.started = self.now
+            for k in spots:
+                pool.nodes[k].free -= job.spec.gpus_per_pod
+                pool.nodes[k].jobs.add(i)
+                pool.nodes[k].empty_since = None
+            self._hold(i, pool)
+            self._at(self.now + job.spec.duration, "cloud-end", (i, job.restarts))
+
+    def _cloud_end(self, i: int, attempt: int) -> None:
+        job = self.jobs[i]
+        if job.state != "cloud" or job.restarts != attempt:
+            return  # the end of a run that was interrupted
+        pool = job.pool
+        assert pool is not None
+        self._release(pool, i)
+        job.state, job.finished, job.ran_in_cloud = "done", self.now, True
+        self._charge(i, pool)
+
+    def _release(self, pool: Pool, i: int) -> None:
+        job = self.jobs[i]
+        for k in job.nodes:
+            node = pool.nodes[k]
+            node.free += job.spec.gpus_per_pod
+            node.jobs.discard(i)
+            node.used_gpu_s += job.spec.gpus_per_pod * (self.now - job.run_start)
+            if not node.jobs:
+                self._node_empty(pool, k)
+        job.nodes, job.pool = [], None
+        self._idle_if_empty(pool)
+
+    def _node_empty(self, pool: Pool, k: int) -> None:
+        """Node k runs nothing now: the remote autoscaler removes it if it stays so."""
+        pool.nodes[k].empty_since = self.now
+        self._at(self.now + self.clouds.scale_down_after_s, "scale-down", (pool.id, k))
+
+    def _idle_if_empty(self, pool: Pool) -> None:
+        if not pool.planned and not any(n.jobs for n in pool.alive):
+            pool.idle_since = self.now
+            self._idle_timer(pool)
+
+    def _idle_timer(self, pool: Pool) -> None:
+        policy = self.config.policies.get(pool.policy)
+        ttl = policy.spec.teardown.idle_ttl if policy else timedelta(minutes=10)
+        self._at(self.now + ttl.total_seconds(), "idle-check", pool.id)
+
+    def _interrupt(self, pool: Pool, k: int) -> None:
+        node = pool.nodes[k]
+        if node.ended is None:
+            self.interruptions += 1
+            self._lose(pool, [node])
+            self.decide_at(self.now)
+
+    def _lose(self, pool: Pool, nodes: list[Node]) -> None:
+        """Nodes go (interrupted, or their pool deleted): their jobs go back to the queue."""
+        victims = sorted({i for n in nodes for i in n.jobs})
+        for i in victims:
+            self._release(pool, i)
+            self._unhold(i, pool)
+            self.jobs[i].restarts += 1
+        for node in nodes:
+            self._end_node(pool, node)
+        for i in victims:  # back in their place in the queue; the policy decides again
+            self._requeue(i)
+
+    def _close(self, pool: Pool, state: str) -> None:
+        for i in list(pool.planned):
+            self._unplan(i)
+        self._lose(pool, pool.nodes)
+        pool.state = state
+        if self.pools.get(pool.name) is pool:
+            del self.pools[pool.name]
+
+    def _end_node(self, pool: Pool, node: Node) -> None:
+        if node.ended is not None:
+            return
+        node.ended = self.now
+        pool.alive.remove(node)
+        rule = BILLING[pool.offer.cloud]
+        cost = pool.hourly_micros * rule.billable(node.ended - node.requested) // 3600
+        booting = min(node.ready_at, node.ended) - node.requested
+        overhead = min(cost, pool.hourly_micros * math.ceil(booting) // 3600)
+        up_gpu_s = node.gpus * max(0.0, node.ended - node.ready_at)
+        idle = pool.hourly_micros * max(0.0, up_gpu_s - node.used_gpu_s) / (3600 * node.gpus)
+        self.cost += cost
+        self.overhead += overhead
+        self.idle += min(cost - overhead, int(idle))
+        cloud = pool.offer.cloud
+        self.by_provider[cloud] = self.by_provider.get(cloud, 0) + cost

@@ -1,0 +1,314 @@
+"""The policy simulator: replay a job trace on virtual time through an on-prem cluster, a policy and
+simulated clouds, and measure what it costs and how long jobs take.
+
+`burst simulate` reads a trace (trace.py); `World.run(policy)` replays it here as a discrete-event
+simulation, on the state of state.py, the on-prem queue of queue.py (strict FIFO per GPU product,
+the queue decide/onprem.py estimates) and the clouds of clouds.py. A policy is asked what to do at
+decision ticks, on the ServiceConfig's reconcile interval, after a change that can call for a
+decision: a job that has to queue arrives, a launch fails, a node is lost, a pool has been idle for
+its TTL, or a timer the policy asked for is due (jobs ending and nodes coming up do not: with exact
+runtimes they only make estimates better). It answers with the actions of model.py: `Burst` builds
+the Snapshot the service would and calls the same `decide.plan`; the baselines (baselines.py)
+answer with the same action types. A launch refused for capacity backs its offer off and the policy
+is asked again at once, as the reconcile loop does. Everything random comes from one seed.
+Runtimes are the trace's durations, known to every policy; a job runs as long in a cloud as on-prem.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import Protocol
+
+from burst import decide
+from burst.amounts import Money
+from burst.config import BurstPolicy, Config
+from burst.model import (
+    Action,
+    CancelDispatch,
+    Cloud,
+    CreatePool,
+    DeletePool,
+    Dispatch,
+    OnPrem,
+    PoolView,
+    ResizePool,
+    Snapshot,
+    Workload,
+)
+from burst.sim.clouds import CloudPools
+from burst.sim.state import (
+    Outcome,
+    first_fit,
+    usd_rate,
+)
+from burst.sim.trace import SimJob
+
+CAPACITY_REPLANS = 3
+
+
+class Policy(Protocol):
+    name: str
+
+    def decide(self, world: World) -> Sequence[Action]:
+        """The actions to take now (world.now); called at decision ticks."""
+        ...
+
+    def wake_at(self, job: SimJob) -> float | None:
+        """When a job that is still queued needs a decision though nothing else changed."""
+        ...
+
+
+class World(CloudPools):
+    """The replay: events in time order, decisions at ticks, and the figures at the end."""
+
+    def run(self, policy: Policy, progress: Callable[[float], None] | None = None) -> Outcome:
+        """Replay every job to its end under `policy`; `progress` hears the share of arrivals."""
+        for i, job in enumerate(self.jobs):
+            self._at(job.spec.submit, "arrive", i)
+        arrived, total = 0, len(self.jobs)
+        while self._events:
+            when, _, kind, payload = heapq.heappop(self._events)
+            self.now = when
+            if kind == "arrive":
+                assert isinstance(payload, int)
+                self._arrive(payload, policy)
+                arrived += 1
+                if progress and arrived % 1000 == 0:
+                    progress(arrived / total)
+            elif kind == "onprem-end":
+                assert isinstance(payload, int)
+                self._onprem_end(payload)
+            elif kind == "cloud-end":
+                assert isinstance(payload, tuple)
+                self._cloud_end(*payload)
+            elif kind == "nodes-ready":
+                assert isinstance(payload, int)
+                self._nodes_ready(self.pool_list[payload])
+            elif kind == "launch-failed":
+                assert isinstance(payload, int)
+                self._launch_failed(self.pool_list[payload])
+            elif kind == "wake":  # a policy's timer: worth a decision only if the job still waits
+                assert isinstance(payload, int)
+                if self.jobs[payload].state == "queued":
+                    self.decide_at(when)
+            elif kind == "idle-check":
+                assert isinstance(payload, int)
+                pool = self.pool_list[payload]
+                if pool.state in ("requested", "ready") and pool.idle_since is not None:
+                    self.decide_at(when)
+            elif kind == "scale-down":
+                assert isinstance(payload, tuple)
+                self._scale_down(self.pool_list[payload[0]], payload[1])
+            elif kind == "interrupt":
+                assert isinstance(payload, tuple)
+                self._interrupt(self.pool_list[payload[0]], payload[1])
+            elif kind == "tick":
+                self._ticks.discard(int(when))
+                self._decide(policy)
+        for pool in list(self.pools.values()):  # whatever is still up is let go at the end
+            self._close(pool, "deleted")
+        if progress:
+            progress(1.0)
+        return self._outcome(policy.name)
+
+    def _decide(self, policy: Policy) -> None:
+        for _ in range(1 + CAPACITY_REPLANS):
+            self.decisions += 1
+            if not self._act(policy.decide(self)):
+                return  # nothing refused for capacity: done until the next tick
+
+    def _act(self, actions: Sequence[Action]) -> bool:
+        """Carry the actions out; True when a cloud refused a pool for capacity."""
+        refused = False
+        for a in actions:
+            if isinstance(a, CreatePool):
+                refused |= not self._create(a)
+            elif isinstance(a, ResizePool):
+                pool = self.pools.get(a.pool)
+                if pool is not None and pool.state in ("requested", "ready"):
+                    self._resize(pool, a.nodes)
+            elif isinstance(a, Dispatch):
+                i = int(a.workload)
+                pool = self.pools.get(a.pool)
+                if pool is None or pool.state not in ("requested", "ready"):
+                    continue  # its pool was refused: the next decision places it again
+                if self.jobs[i].state == "queued":
+                    self._plan(i, pool)
+            elif isinstance(a, CancelDispatch):
+                self._unplan(int(a.workload))
+            elif isinstance(a, DeletePool):
+                pool = self.pools.get(a.pool)
+                if pool is not None:
+                    self._close(pool, "deleted")
+        return refused
+
+    # -- the decision's view --
+
+    def workload(self, i: int) -> Workload:
+        w = self._workloads.get(i)
+        if w is None:
+            s = self.jobs[i].spec
+            submitted = self.dt(s.submit)
+            w = Workload(
+                uid=str(i),
+                kind="Job",
+                namespace=s.team,
+                name=s.job_id,
+                team=s.team,
+                gpus_per_pod=s.gpus_per_pod,
+                pods=s.pods,
+                created=submitted,
+                pending_since=submitted,
+                burstable=True,
+                deadline=self.dt(s.deadline),
+                expected_runtime=timedelta(seconds=s.duration),
+            )
+            self._workloads[i] = w
+        return w
+
+    def pool_views(self) -> tuple[PoolView, ...]:
+        views = []
+        for pool in self.pools.values():
+            free = [n.free for n in pool.alive]
+            for i in pool.planned:  # planned work holds its room, as in the reconciler
+                s = self.jobs[i].spec
+                spots = first_fit(free, s.gpus_per_pod, s.pods)
+                for k in spots or []:
+                    free[k] -= s.gpus_per_pod
+            views.append(
+                PoolView(
+                    name=pool.name,
+                    target=pool.target,
+                    policy=pool.policy,
+                    offer=pool.offer,
+                    nodes=len(free),
+                    state="ready" if pool.state == "ready" else "creating",
+                    created=self.dt(pool.created),
+                    free_gpus=tuple(free),
+                    idle_since=None if pool.idle_since is None else self.dt(pool.idle_since),
+                    hourly=Money(pool.hourly_micros, "USD"),
+                )
+            )
+        return tuple(views)
+
+    # -- the figures --
+
+    def _outcome(self, name: str) -> Outcome:
+        jct: list[float] = []
+        waits: list[float] = []
+        met = unfinished = 0
+        for job in self.jobs:
+            if job.finished is None or job.started is None:
+                unfinished += 1
+                continue
+            jct.append(job.finished - job.spec.submit)
+            waits.append(job.started - job.spec.submit)
+            met += job.finished <= job.spec.deadline
+        span = max(j.finished or 0 for j in self.jobs) - min(j.spec.submit for j in self.jobs)
+        capacity = sum(self.capacity.values())
+        return Outcome(
+            policy=name,
+            jobs=len(self.jobs),
+            cost_usd_micros=self.cost,
+            overhead_usd_micros=self.overhead,
+            idle_usd_micros=self.idle,
+            by_provider=dict(sorted(self.by_provider.items())),
+            pools_created=self.pools_created,
+            deadlines_met=met / len(self.jobs),
+            mean_jct_s=sum(jct) / len(jct) if jct else 0.0,
+            p90_jct_s=_quantile(jct, 0.9),
+            mean_queue_s=sum(waits) / len(waits) if waits else 0.0,
+            p90_queue_s=_quantile(waits, 0.9),
+            onprem_utilisation=self.onprem_gpu_s / (capacity * span) if span else 0.0,
+            burst_jobs=sum(j.ran_in_cloud for j in self.jobs),
+            unfinished=unfinished,
+            capacity_refusals=self.refusals,
+            launch_failures=self.failures,
+            interruptions=self.interruptions,
+            decisions=self.decisions,
+        )
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class Burst:
+    """burst's own policy: the Snapshot the service would build, through `decide.plan`."""
+
+    def __init__(self, config: Config, name: str = "burst") -> None:
+        assert config.service is not None
+        self.name, self.config = name, config
+        self.max_wait = max(
+            (
+                p.spec.trigger.max_pending_wait
+                for p in config.policies.values()
+                if p.spec.trigger.max_pending_wait is not None
+            ),
+            default=None,
+        )
+
+    def wake_at(self, job: SimJob) -> float | None:
+        return None if self.max_wait is None else job.submit + self.max_wait.total_seconds()
+
+    def decide(self, world: World) -> Sequence[Action]:
+        workloads = []
+        for i in world.queued():
+            w = world.workload(i)
+            planned = world.jobs[i].planned_pool
+            workloads.append(w if planned is None else replace(w, phase="planned"))
+        now = world.dt(world.now)
+        snapshot = Snapshot(
+            taken_at=now,
+            workloads=tuple(workloads),
+            onprem=OnPrem(dict(world.capacity), tuple(world.running.values())),
+            pools=world.pool_views(),
+            budgets=world.budget_views(),
+            unavailable=tuple(world.unavailable.current()),
+        )
+        return decide.plan(snapshot, world.catalog, self.config, now, skips=False).actions
+
+
+def deadline_allowance(config: Config, policy: BurstPolicy) -> int:
+    """Seconds past its runtime that even the shortest job gets before its deadline: the policy's
+    safety margin plus twice the slowest target's provisioning estimate, so that a job that has to
+    queue can still burst in time (trace.py's deadline rule)."""
+    assert config.service is not None
+    slowest = max(t.provisioning for t in config.service.spec.targets)
+    return int((policy.spec.trigger.deadline_safety_margin + 2 * slowest).total_seconds())
+
+
+def price_cap_usd_micros(config: Config, policy: BurstPolicy) -> float | None:
+    """The policy's max price per node-hour in USD micros, if it has one."""
+    limits = policy.spec.limits
+    if limits.max_hourly_price is None:
+        return None
+    money = Money.of(limits.max_hourly_price, limits.currency)
+    return float(money.micros / usd_rate(config, limits.currency))
+
+
+def target_regions(config: Config, names: Sequence[str]) -> dict[tuple[Cloud, str], str]:
+    """The (cloud, region) of each named target, to the target's name."""
+    assert config.service is not None
+    targets = {t.name: t for t in config.service.spec.targets}
+    return {(targets[n].cloud, targets[n].region): n for n in names}
+
+
+def policy_of(config: Config, name: str | None = None) -> BurstPolicy:
+    """The policy trace jobs fall under: `name`, else the first whose selector names namespaces
+    and asks for no labels (trace jobs have none); the teams are mapped onto its namespaces."""
+    if name is not None:
+        if name not in config.policies:
+            raise ValueError(f"no BurstPolicy {name!r} in the configuration")
+        return config.policies[name]
+    for _, p in sorted(config.policies.items()):
+        s = p.spec.selector
+        if s.namespaces and not s.match_labels and not s.match_expressions:
+            return p
+    raise ValueError("no BurstPolicy selects namespaces without labels; trace jobs carry none")

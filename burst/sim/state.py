@@ -1,0 +1,253 @@
+"""The simulator's state: jobs, nodes and pools as the replay keeps them, the virtual clock and its
+event queue, and the money side (each job's usage held against its budgets while it runs and charged
+when it ends, as the ledger does). queue.py (on-prem) and clouds.py build on it; simulate.py's World
+runs the replay."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from burst.amounts import Money
+from burst.cloud.catalog import Catalog, UnavailableOffers
+from burst.config import Config
+from burst.model import BudgetView, Cloud, OfferKey, RunningWorkload, Workload
+from burst.money import ledger
+from burst.sim.trace import SimJob
+from providers.sim import LATENCY, Latency
+
+START = datetime(2026, 1, 5, tzinfo=UTC)  # virtual time 0, a Monday: budget weeks line up
+
+
+@dataclass(frozen=True)
+class CloudModel:
+    """How the simulated clouds misbehave, besides their latency (providers/sim.py's model)."""
+
+    shortage: float = 0.02  # chance that a cloud refuses a pool for capacity
+    launch_failure: float = 0.01  # chance that a launched pool never becomes ready
+    spot_interruptions_per_hour: float = 0.05  # per spot node
+    # The remote cluster's autoscaler removes a node that has been empty this long (the
+    # cluster-autoscaler default); burst sets a pool's size, the autoscaler trims it.
+    scale_down_after_s: float = 600.0
+    latency: Mapping[Cloud, Latency] = field(default_factory=lambda: dict(LATENCY))
+
+
+DEFAULT_CLOUDS = CloudModel()
+
+
+@dataclass
+class Job:
+    spec: SimJob
+    state: str = "queued"  # queued, onprem, cloud, done
+    started: float | None = None
+    finished: float | None = None
+    planned_pool: Pool | None = None
+    pool: Pool | None = None
+    nodes: list[int] = field(default_factory=list)  # the pool's nodes its pods run on
+    run_start: float = 0.0  # of its current run in a cloud
+    restarts: int = 0
+    ran_in_cloud: bool = False
+
+
+@dataclass(eq=False)
+class Node:
+    gpus: int
+    requested: float
+    ready_at: float
+    free: int
+    ended: float | None = None
+    used_gpu_s: float = 0.0
+    empty_since: float | None = None  # up and running nothing since then
+    jobs: set[int] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class Pool:
+    id: int  # names come back after a pool is gone; events and jobs hold the pool itself
+    name: str
+    target: str
+    policy: str
+    offer: OfferKey
+    hourly_micros: int  # USD per node-hour
+    created: float
+    nodes: list[Node] = field(default_factory=list)  # every node it ever had (jobs index these)
+    alive: list[Node] = field(default_factory=list)  # those not ended, in the same order
+    state: str = "requested"  # requested, ready, deleted, failed
+    idle_since: float | None = None
+    planned: set[int] = field(default_factory=set)  # jobs waiting for room on it
+    doomed: bool = False  # its launch will fail (drawn when it is created)
+
+    def room(self, now: float) -> list[int]:
+        """GPUs free per node that is up now (0 for nodes still booting or gone)."""
+        return [n.free if n.ended is None and n.ready_at <= now else 0 for n in self.nodes]
+
+
+@dataclass
+class Outcome:
+    """What one policy did with one trace: the figures `burst simulate` reports."""
+
+    policy: str
+    jobs: int
+    cost_usd_micros: int
+    overhead_usd_micros: int
+    idle_usd_micros: int
+    by_provider: dict[str, int]
+    pools_created: int
+    deadlines_met: float
+    mean_jct_s: float
+    p90_jct_s: float
+    mean_queue_s: float
+    p90_queue_s: float
+    onprem_utilisation: float
+    burst_jobs: int
+    unfinished: int
+    capacity_refusals: int
+    launch_failures: int
+    interruptions: int
+    decisions: int
+
+
+def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
+    """The node of each pod, first fit, or None when they do not all fit."""
+    left, out = list(free), []
+    for _ in range(pods):
+        for k, f in enumerate(left):
+            if f >= per_pod:
+                left[k] -= per_pod
+                out.append(k)
+                break
+        else:
+            return None
+    return out
+
+
+def usd_rate(config: Config, currency: str) -> Decimal:
+    """Units of `currency` per USD (catalog prices are USD)."""
+    assert config.service is not None
+    return Decimal(1) if currency == "USD" else config.service.spec.usd_exchange_rates[currency]
+
+
+class _VirtualClock:
+    """The World's virtual time as a Clock, for the offer back-off it shares with the service."""
+
+    def __init__(self, world: WorldState) -> None:
+        self._world = world
+
+    def now(self) -> datetime:
+        return self._world.dt(self._world.now)
+
+
+class WorldState:
+    """The simulated state: on-prem queues, pools, jobs, the event queue and the bill."""
+
+    def __init__(
+        self,
+        jobs: Sequence[SimJob],
+        onprem: Mapping[str, int],
+        config: Config,
+        catalog: Catalog,
+        *,
+        seed: int = 1,
+        clouds: CloudModel = DEFAULT_CLOUDS,
+    ) -> None:
+        assert config.service is not None
+        self.config, self.catalog, self.clouds = config, catalog, clouds
+        self.service = config.service.spec
+        self.rng = random.Random(seed)  # noqa: S311 (simulation, not security)
+        self.tick = max(1, int(self.service.intervals.reconcile.total_seconds()))
+        self.capacity = dict(onprem)
+        self.free = dict(onprem)
+        # Trace jobs ask for no GPU product: they queue for the largest one (as decide/onprem.py assumes).
+        self.product = max(sorted(onprem), key=lambda p: onprem[p])
+        self.jobs = [Job(j) for j in sorted(jobs, key=lambda j: (j.submit, j.job_id))]
+        self.queue: list[tuple[int, int]] = []  # heap of (submit, index): strict FIFO
+        self.never_fits: set[int] = set()  # too big for on-prem: only a cloud can run them
+        self.waiting: set[int] = set()  # every queued job (index order is submit order)
+        self.running: dict[int, RunningWorkload] = {}  # on-prem, by job index
+        self.pools: dict[str, Pool] = {}  # live ones, by name
+        self.pool_list: list[Pool] = []  # every pool ever made, by id
+        self.unavailable = UnavailableOffers(_VirtualClock(self))
+        self.now = 0.0
+        self._events: list[tuple[float, int, str, int | tuple[int, int]]] = []
+        self._seq = 0
+        self._ticks: set[int] = set()
+        self._workloads: dict[int, Workload] = {}
+        self.budgets = ledger.budget_limits(config)
+        self.budget_used: dict[tuple[str, datetime], int] = {}  # USD micros per period
+        self.budget_held: dict[int, int] = {}  # USD micros reserved per job in a cloud
+        self._held: dict[str, int] = {}  # and per budget
+        # the bill and the counts
+        self.cost = self.overhead = self.idle = 0
+        self.by_provider: dict[str, int] = {}
+        self.pools_created = self.refusals = self.failures = self.interruptions = 0
+        self.onprem_gpu_s = 0.0
+        self.decisions = 0
+
+    # -- time --
+
+    def _at(self, when: float, kind: str, payload: int | tuple[int, int] = 0) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (when, self._seq, kind, payload))
+
+    def decide_at(self, when: float) -> None:
+        """A decision tick at the first reconcile interval boundary at or after `when`."""
+        tick = math.ceil(when / self.tick) * self.tick
+        if tick not in self._ticks:
+            self._ticks.add(tick)
+            self._at(tick, "tick")
+
+    def dt(self, t: float) -> datetime:
+        return START + timedelta(seconds=t)
+
+    # -- money: usage, and budgets as the ledger keeps them --
+
+    def _job_usage(self, i: int, pool: Pool) -> int:
+        """USD micros of the pool's node-hours that this job's GPU-seconds account for."""
+        s = self.jobs[i].spec
+        return pool.hourly_micros * s.gpus * s.duration // (3600 * pool.offer.gpus)
+
+    def _budgets_of(self, i: int, policy: str) -> list[ledger.BudgetLimit]:
+        team = self.jobs[i].spec.team
+        scopes = {("team", team), ("policy", policy), ("namespace", team)}
+        return [b for b in self.budgets if (b.scope, b.value) in scopes]
+
+    def _hold(self, i: int, pool: Pool) -> None:
+        """Reserve the job's expected usage against its budgets while it runs (as the ledger does)."""
+        micros = self._job_usage(i, pool)
+        self.budget_held[i] = micros
+        for b in self._budgets_of(i, pool.policy):
+            self._held[b.name] = self._held.get(b.name, 0) + micros
+
+    def _unhold(self, i: int, pool: Pool) -> None:
+        micros = self.budget_held.pop(i, 0)
+        for b in self._budgets_of(i, pool.policy):
+            self._held[b.name] -= micros
+
+    def _charge(self, i: int, pool: Pool) -> None:
+        self._unhold(i, pool)
+        used = self._job_usage(i, pool)
+        now = self.dt(self.now)
+        for b in self._budgets_of(i, pool.policy):
+            key = (b.name, ledger.period_bounds(b.period, now)[0])
+            self.budget_used[key] = self.budget_used.get(key, 0) + used
+
+    def budget_views(self) -> tuple[BudgetView, ...]:
+        now = self.dt(self.now)
+        views = []
+        for b in self.budgets:
+            start = ledger.period_bounds(b.period, now)[0]
+            usd = self.budget_used.get((b.name, start), 0) + self._held.get(b.name, 0)
+            spent = Money(
+                int(Decimal(usd) * usd_rate(self.config, b.amount.currency)), b.amount.currency
+            )
+            views.append(BudgetView(b.name, b.scope, b.value, b.amount - spent, b.hard))
+        return tuple(views)
+
+    def _unplan(self, i: int) -> None:
+        """A job planned onto a pool is no longer (clouds.py)."""
+        raise NotImplementedError

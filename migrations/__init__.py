@@ -1,0 +1,1 @@
+"""The database schema's Alembic migrations, shipped with the package for `burst db upgrade`."""
