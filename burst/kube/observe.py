@@ -66,30 +66,37 @@ class Observer:
         self._summaries: dict[str, _Summary] = {}
         self._name_index: dict[str, tuple[tuple[Any, ...], dict[str, Obj]]] = {}
 
-        def cache(
-            name: str, fn: Callable[..., Any], on: Callable[[str, Obj], None]
-        ) -> ResourceCache:
-            return ResourceCache(name, fn, on, sleep=sleep, watch_timeout=watch_timeout)
-
         def pytorchjobs(**kw: Any) -> Any:
             return custom.list_cluster_custom_object("kubeflow.org", "v1", "pytorchjobs", **kw)
 
-        self.jobs = cache("jobs", batch.list_job_for_all_namespaces, self._on_workload)
-        self.pytorchjobs = cache("pytorchjobs", pytorchjobs, self._on_workload)
-        self.pods = cache("pods", core.list_pod_for_all_namespaces, self._on_pod)
-        self.nodes = cache("nodes", core.list_node, self._on_other)
-        self.namespaces = cache("namespaces", core.list_namespace, self._on_other)
-        self.quotas = cache(
-            "resourcequotas", core.list_resource_quota_for_all_namespaces, self._on_other
-        )
         self.caches = [
-            self.jobs,
-            self.pytorchjobs,
-            self.pods,
-            self.nodes,
-            self.namespaces,
-            self.quotas,
+            ResourceCache(
+                name,
+                fn,
+                on,
+                kind=kind,
+                api_version=version,
+                sleep=sleep,
+                watch_timeout=watch_timeout,
+            )
+            for name, fn, on, kind, version in (
+                ("jobs", batch.list_job_for_all_namespaces, self._on_workload, "Job", "batch/v1"),
+                ("pytorchjobs", pytorchjobs, self._on_workload, "PyTorchJob", "kubeflow.org/v1"),
+                ("pods", core.list_pod_for_all_namespaces, self._on_pod, "Pod", "v1"),
+                ("nodes", core.list_node, self._on_other, "Node", "v1"),
+                ("namespaces", core.list_namespace, self._on_other, "Namespace", "v1"),
+                (
+                    "resourcequotas",
+                    core.list_resource_quota_for_all_namespaces,
+                    self._on_other,
+                    "ResourceQuota",
+                    "v1",
+                ),
+            )
         ]
+        self.jobs, self.pytorchjobs, self.pods, self.nodes, self.namespaces, self.quotas = (
+            self.caches
+        )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.changed = threading.Event()  # set on every workload or pod change, for the service
@@ -126,17 +133,7 @@ class Observer:
         self.changed.set()
         with self._lock:
             uid = meta_of(pod)["uid"]
-            owner = (
-                next(
-                    (
-                        r.get("uid")
-                        for r in meta_of(pod).get("ownerReferences") or []
-                        if r.get("controller")
-                    ),
-                    None,
-                )
-                or uid
-            )
+            owner = controller_uid(pod) or uid
             if type_ == "DELETED":
                 self._pods_of[owner].discard(uid)
                 self._owner_of.pop(uid, None)
@@ -287,15 +284,10 @@ class Observer:
     def onprem(self) -> OnPrem:
         """GPUs per catalog product from the nodes, and what runs on them."""
         self._refresh()
-        capacity: dict[str, int] = defaultdict(int)
-        for node in list(self.nodes.items.values()):
-            product = catalog_gpu((meta_of(node).get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
-            alloc = ((node.get("status") or {}).get("allocatable") or {}).get(GPU)
-            if product and alloc:
-                capacity[product] += int(quantity(alloc))
+        capacity = gpu_capacity(list(self.nodes.items.values()))
         with self._lock:
             running = tuple(r for s in self._summaries.values() for r in s.running)
-        return OnPrem(dict(capacity), running)
+        return OnPrem(capacity, running)
 
 
 def _deadline(value: str, created: datetime) -> datetime:
@@ -356,3 +348,20 @@ def unschedulable_since(pods: Iterable[Obj], created: datetime) -> list[datetime
         and c.get("status") == "False"
         and c.get("reason") == "Unschedulable"
     ]
+
+
+def controller_uid(obj: Obj) -> str | None:
+    """The uid of the object's controller (a pod's Job, say), from its owner references."""
+    refs = meta_of(obj).get("ownerReferences") or []
+    return next((str(r.get("uid")) for r in refs if r.get("controller")), None)
+
+
+def gpu_capacity(nodes: Iterable[Obj]) -> dict[str, int]:
+    """Allocatable GPUs per catalog product, from the nodes' GPU feature discovery labels."""
+    capacity: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        product = catalog_gpu((meta_of(node).get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
+        alloc = ((node.get("status") or {}).get("allocatable") or {}).get(GPU)
+        if product and alloc:
+            capacity[product] += int(quantity(alloc))
+    return dict(capacity)

@@ -10,6 +10,7 @@ answering is tracked, and after a grace period its workloads are requeued on-pre
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,12 +32,68 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def _recorded_outcome(local: Mapping[str, Any]) -> Literal["succeeded", "failed"] | None:
-    """The outcome burst wrote onto the local workload when its remote copy finished, if any."""
-    for c in (local.get("status") or {}).get("conditions") or []:
-        if c.get("reason") == "BurstRemote" and c.get("status") == "True":
-            return "failed" if c.get("type") == "Failed" else "succeeded"
+def _recorded_outcome(
+    local: Mapping[str, Any], prefix: str
+) -> Literal["succeeded", "failed"] | None:
+    """The outcome burst mirrored onto the local workload when its remote copy finished, if any:
+    the workload is finished, and burst said before that its copy had finished so."""
+    said = (_meta(local).get("annotations") or {}).get(f"{prefix}remote-phase")
+    done = remote_phase(local)
+    if done == "succeeded" and said == done:
+        return "succeeded"
+    if done == "failed" and said == done:
+        return "failed"
     return None
+
+
+def _condition(type_: str, reason: str, message: str, stamp: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastProbeTime": stamp,
+        "lastTransitionTime": stamp,
+    }
+
+
+def mirrored_status(
+    local: Mapping[str, Any],
+    remote_status: Mapping[str, Any],
+    phase: Literal["succeeded", "failed"],
+    placement: str,
+    stamp: str,
+) -> dict[str, Any]:
+    """The status the local workload takes when its copy finished: the remote status whole, as
+    Kueue's MultiKueue adapters copy it, made what the local API server accepts. For a Job that is
+    the 1.32+ rules (JobManagedBy on by default; pkg/apis/batch/validation ValidateJobStatusUpdate):
+    Complete only with SuccessCriteriaMet, Failed only with FailureTarget, completionTime only when
+    Complete, a startTime on every finished Job, no active or terminating pods, counters that never
+    go down. A remote cluster older than 1.31 sets none of the companion conditions."""
+    status = copy.deepcopy(dict(remote_status))
+    if local.get("kind") != "Job":
+        return status  # a training operator's status is not validated: copied as it is
+    before = local.get("status") or {}
+    message = f"finished on {placement}"
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") != "Suspended"]
+    wanted = (
+        ("SuccessCriteriaMet", "Complete") if phase == "succeeded" else ("FailureTarget", "Failed")
+    )
+    for type_ in wanted:
+        if not any(c.get("type") == type_ and c.get("status") == "True" for c in conditions):
+            conditions.append(_condition(type_, "BurstRemote", message, stamp))
+    status["conditions"] = conditions
+    status["startTime"] = status.get("startTime") or before.get("startTime") or stamp
+    if phase == "succeeded":
+        status["completionTime"] = max(status.get("completionTime") or stamp, status["startTime"])
+    else:
+        status.pop("completionTime", None)
+    for key in ("active", "ready", "terminating"):
+        status[key] = 0
+    status.pop("uncountedTerminatedPods", None)
+    for counter in ("succeeded", "failed"):
+        status[counter] = max(int(status.get(counter) or 0), int(before.get(counter) or 0))
+    return status
 
 
 def remote_phase(remote: Mapping[str, Any] | None) -> Phase:
@@ -70,7 +127,7 @@ def status_update(
     prefix: str = "burst.dev/",
 ) -> StatusUpdate:
     """What the local workload should show about its remote copy (pure)."""
-    recorded = _recorded_outcome(local) if remote is None else None
+    recorded = _recorded_outcome(local, prefix) if remote is None else None
     phase = recorded or remote_phase(remote)
     annotations = {f"{prefix}placement": placement, f"{prefix}remote-phase": phase}
     if cost is not None:
@@ -84,29 +141,8 @@ def status_update(
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     if phase in ("succeeded", "failed"):
         finished: Literal["succeeded", "failed"] = "succeeded" if phase == "succeeded" else "failed"
-        if local.get("kind") == "PyTorchJob":
-            condition = {
-                "type": "Succeeded" if phase == "succeeded" else "Failed",
-                "status": "True",
-                "reason": "BurstRemote",
-                "message": f"finished on {placement}",
-                "lastUpdateTime": stamp,
-                "lastTransitionTime": stamp,
-            }
-        else:
-            condition = {
-                "type": "Complete" if phase == "succeeded" else "Failed",
-                "status": "True",
-                "reason": "BurstRemote",
-                "message": f"finished on {placement}",
-                "lastProbeTime": stamp,
-                "lastTransitionTime": stamp,
-            }
         remote_status = (remote or {}).get("status") or {}
-        local_status: dict[str, Any] = {"conditions": [condition], "completionTime": stamp}
-        for key in ("succeeded", "failed", "startTime", "replicaStatuses"):
-            if key in remote_status:
-                local_status[key] = remote_status[key]
+        local_status = mirrored_status(local, remote_status, finished, placement, stamp)
         kind: Literal["Normal", "Warning"] = "Normal" if phase == "succeeded" else "Warning"
         event = (
             kind,

@@ -205,13 +205,19 @@ def translate(
     }
     t = Translation(remote)
     spec = remote["spec"]
+    # The copy is burst's to clean up once sync has read its outcome: the user's TTL after
+    # finishing stays on the user's job (the TTL controller could delete the copy before sync saw
+    # it finish, and the local job would wait for ever).
     if obj.get("kind") == "Job":
         spec.pop("selector", None)
         spec.pop("manualSelector", None)
         spec.pop("managedBy", None)
+        spec.pop("ttlSecondsAfterFinished", None)
         spec["suspend"] = False
     elif obj.get("kind") == "PyTorchJob":
-        (spec.get("runPolicy") or {}).pop("suspend", None)
+        run_policy = spec.get("runPolicy") or {}
+        for key in ("suspend", "managedBy", "ttlSecondsAfterFinished"):
+            run_policy.pop(key, None)
         spec.pop("managedBy", None)
     else:
         t.refusals.append(

@@ -50,11 +50,14 @@ class ResourceCache:
         list_fn: Callable[..., Any],
         on_event: Callable[[str, Obj], None],
         *,
+        kind: str = "",
+        api_version: str = "",
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.name, self._list, self._on_event = name, list_fn, on_event
+        self.kind, self.api_version = kind, api_version
         self.items: dict[str, Obj] = {}
         self.resource_version: str | None = None
         self.relists = self.reconnects = 0
@@ -64,7 +67,10 @@ class ResourceCache:
     def relist(self) -> None:
         response = self._list(_preload_content=False)
         data = json.loads(response.data)
-        fresh = {meta_of(o)["uid"]: o for o in data.get("items") or []}
+        # A list's items carry no kind or apiVersion (only watch events and GETs do): this cache
+        # knows what it lists and says so on each item, as the rest of burst reads them.
+        type_meta = {"kind": self.kind, "apiVersion": self.api_version} if self.kind else {}
+        fresh = {meta_of(o)["uid"]: {**o, **type_meta} for o in data.get("items") or []}
         for uid in [u for u in self.items if u not in fresh]:
             self._on_event("DELETED", self.items.pop(uid))
         for uid, obj in fresh.items():

@@ -9,7 +9,7 @@ import copy
 import logging
 import threading
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from burst.clock import Clock
@@ -95,6 +95,7 @@ class ControllerBase:
         self._foreground: set[tuple[str, str, str]] = set()  # owners deleting in the foreground
         self._reschedule = False
         self._running: list[tuple[datetime, str, str, str]] = []  # (end, namespace, name, uid)
+        self._expiring: dict[tuple[str, str], datetime] = {}  # finished Jobs with a TTL: when
         self._thread = threading.Thread(
             target=self._loop, name="sandbox-control-plane", daemon=True
         )
@@ -115,6 +116,7 @@ class ControllerBase:
             self._dirty.clear()
             self._foreground.clear()
             self._running.clear()
+            self._expiring.clear()
 
     def _notify(self, type_: str, res: Resource, obj: Obj) -> None:
         meta = _meta(obj)
@@ -256,3 +258,7 @@ class ControllerBase:
     def _write_status(self, res: Resource, obj: Obj, status: dict[str, Any]) -> None:
         if status != obj.get("status"):
             self._update(res, {**obj, "status": status}, status=True)
+
+
+def parse_stamp(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)

@@ -59,6 +59,7 @@ class ControlPlane(WorkloadControllers):
             elif kind == "Node":
                 self._node(name)
         self._collect_garbage(deleted_uids)
+        self._collect_expired()
         # Pods that did not fit wait until room may have appeared (a node came, a pod ended).
         if reschedule:
             candidates = self.store.objects(PODS)

@@ -302,6 +302,11 @@ class _Handler(BaseHTTPRequestHandler):
         if cont:
             meta["continue"] = cont
             meta["remainingItemCount"] = remaining
+        if res.builtin:
+            # The items of a built-in list carry no kind or apiVersion: the list's own say what
+            # they are (kubernetes/kubernetes#3030, #63676, #98925; kubernetes-client/python#1617).
+            # Custom resources are served as stored, TypeMeta included.
+            items = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
         return {
             "kind": f"{res.kind}List",
             "apiVersion": res.api_version,

@@ -5,6 +5,7 @@ Kubeflow PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-styl
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 
 from burst.sandbox.base import (
     JOB_CONTROLLER,
@@ -16,9 +17,10 @@ from burst.sandbox.base import (
     _condition,
     _meta,
     _set_condition,
+    parse_stamp,
 )
 from burst.sandbox.errors import ApiError
-from burst.sandbox.store import timestamp
+from burst.sandbox.store import Obj, timestamp
 
 
 class WorkloadControllers(ControllerBase):
@@ -37,6 +39,7 @@ class WorkloadControllers(ControllerBase):
             c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
             for c in conditions
         ):
+            self._expire_after_finish(job)
             return
         now = self.clock.now()
         pods = self._pods_of(job)
@@ -63,6 +66,9 @@ class WorkloadControllers(ControllerBase):
             conditions = _set_condition(
                 conditions, _condition("Suspended", "False", "JobResumed", "Job resumed", now)
             )
+            # Resuming starts the clock again, activeDeadlineSeconds with it (pkg/controller/job/
+            # job_controller.go syncJob; Kubernetes docs, "Suspending a Job").
+            status["startTime"] = timestamp(now)
         status.setdefault("startTime", timestamp(now))
         completions = spec.get("completions")
         parallelism = int(spec.get("parallelism", 1))
@@ -72,16 +78,19 @@ class WorkloadControllers(ControllerBase):
         if failed > int(spec.get("backoffLimit", 6)):
             for pod in active:
                 self._delete(PODS, pod, "Background")
-            conditions = _set_condition(
-                conditions,
-                _condition(
-                    "Failed",
-                    "True",
-                    "BackoffLimitExceeded",
-                    "Job has reached the specified backoff limit",
-                    now,
-                ),
-            )
+            # FailureTarget first, then Failed: a Failed condition without FailureTarget is
+            # refused on 1.32+ (pkg/apis/batch/validation/validation.go, JobManagedBy rules).
+            for type_ in ("FailureTarget", "Failed"):
+                conditions = _set_condition(
+                    conditions,
+                    _condition(
+                        type_,
+                        "True",
+                        "BackoffLimitExceeded",
+                        "Job has reached the specified backoff limit",
+                        now,
+                    ),
+                )
             self._event(
                 job,
                 "Warning",
@@ -243,3 +252,30 @@ class WorkloadControllers(ControllerBase):
             )
         status["conditions"] = conditions
         self._write_status(PYTORCHJOBS, job, status)
+
+    # -- TTL after finished --
+
+    def _expire_after_finish(self, job: Obj) -> None:
+        """The TTL-after-finished controller (pkg/controller/ttlafterfinished): a finished Job
+        with `ttlSecondsAfterFinished` is deleted, with foreground propagation, that long after
+        it finished (its Complete or Failed condition's transition)."""
+        ttl = (job.get("spec") or {}).get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        finished = [
+            c.get("lastTransitionTime")
+            for c in (job.get("status") or {}).get("conditions") or []
+            if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        ]
+        at = parse_stamp(finished[0]) if finished and finished[0] else self.clock.now()
+        meta = _meta(job)
+        self._expiring[(meta["namespace"], meta["name"])] = at + timedelta(seconds=int(ttl))
+
+    def _collect_expired(self) -> None:
+        now = self.clock.now()
+        due = sorted(key for key, at in self._expiring.items() if at <= now)
+        for namespace, name in due:
+            del self._expiring[(namespace, name)]
+            job = self.store.find(JOBS, namespace, name)
+            if job is not None and not _meta(job).get("deletionTimestamp"):
+                self._delete(JOBS, job, "Foreground")

@@ -14,6 +14,7 @@ from burst.sandbox.errors import ApiError, already_exists, conflict, not_found
 from burst.sandbox.objects import Obj, ObjectState, meta_of, timestamp
 from burst.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
 from burst.sandbox.resources import BY_KIND, Resource
+from burst.sandbox.validation import invalid, job_create_problems, job_status_problems
 
 
 class Writes(ObjectState):
@@ -54,6 +55,10 @@ class Writes(ObjectState):
             meta["generation"] = 1
             meta.pop("deletionTimestamp", None)
             defaults(res, obj)
+            if res.kind == "Job":
+                problems = job_create_problems(obj)
+                if problems:
+                    raise invalid("Job", res.group, meta["name"], problems)
             meta["resourceVersion"] = self._next_rv()
             self._objects[res.key][key] = obj
             self._uids.add(meta["uid"])
@@ -151,6 +156,10 @@ class Writes(ObjectState):
                 meta["generation"] = int(old_meta.get("generation", 1)) + 1
         new["kind"], new["apiVersion"] = res.kind, res.api_version
         new["metadata"] = {**meta_of(new), "resourceVersion": old_meta["resourceVersion"]}
+        if res.kind == "Job" and new.get("status") != current.get("status"):
+            problems = job_status_problems(current, new)
+            if problems:
+                raise invalid("Job", res.group, old_meta["name"], problems)
         if new == current:
             return current  # a no-op write changes nothing, not even the resourceVersion
         new["metadata"]["resourceVersion"] = self._next_rv()

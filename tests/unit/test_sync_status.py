@@ -49,12 +49,32 @@ def test_running_shows_placement_and_cost_and_says_so_once() -> None:
     assert status_update(seen, remote(active=2), "aws-euc1/pool-1", None, NOW).event is None
 
 
-def test_success_carries_the_remote_counts_back() -> None:
+def types(status: dict[str, Any]) -> list[str]:
+    return [c["type"] for c in status["conditions"] if c["status"] == "True"]
+
+
+def test_success_carries_the_remote_status_back_as_a_132_server_accepts_it() -> None:
+    """The remote status whole; a remote cluster older than 1.31 sets no SuccessCriteriaMet, which
+    a 1.32+ local server requires beside Complete, with a startTime and a completionTime."""
     update = status_update(LOCAL, remote("Complete", succeeded=3), "gcp/p", None, NOW)
     assert update.finished == "succeeded"
     assert update.local_status["succeeded"] == 3
-    assert update.local_status["conditions"][0]["type"] == "Complete"
+    assert types(update.local_status) == ["Complete", "SuccessCriteriaMet"]
+    assert update.local_status["startTime"] <= update.local_status["completionTime"]
     assert update.event is not None and update.event[0] == "Normal"
+    started = remote(
+        "SuccessCriteriaMet",
+        "Complete",
+        succeeded=1,
+        startTime="2026-11-30T10:00:00Z",
+        completionTime="2026-11-30T11:00:00Z",
+    )
+    whole = status_update(LOCAL, started, "gcp/p", None, NOW).local_status
+    assert (whole["startTime"], whole["completionTime"]) == (
+        "2026-11-30T10:00:00Z",
+        "2026-11-30T11:00:00Z",
+    )
+    assert types(whole) == ["SuccessCriteriaMet", "Complete"]
 
 
 def test_failure_is_a_warning_and_a_failed_condition() -> None:
@@ -62,8 +82,10 @@ def test_failure_is_a_warning_and_a_failed_condition() -> None:
         {"kind": "PyTorchJob", "metadata": {}}, remote("Failed"), "azure/p", None, NOW
     )
     assert update.finished == "failed"
-    assert update.local_status["conditions"][0]["type"] == "Failed"
+    assert types(update.local_status) == ["Failed"]
     assert update.event is not None and update.event[0] == "Warning"
+    job = status_update(LOCAL, remote("Failed", failed=2), "azure/p", None, NOW).local_status
+    assert types(job) == ["Failed", "FailureTarget"] and "completionTime" not in job
 
 
 def test_an_outcome_recorded_before_the_remote_copy_went_finishes_the_workload() -> None:
@@ -71,7 +93,11 @@ def test_an_outcome_recorded_before_the_remote_copy_went_finishes_the_workload()
     # heard: the next pass finishes from what the workload shows, without saying it again.
     for kind, phase in (("Complete", "succeeded"), ("Failed", "failed")):
         done = status_update(LOCAL, remote(kind), "gcp/p", None, NOW)
-        recorded = {**LOCAL, "status": done.local_status}
+        recorded = {
+            **LOCAL,
+            "metadata": {"annotations": done.annotations},
+            "status": done.local_status,
+        }
         again = status_update(recorded, None, "gcp/p", None, NOW)
         assert again.finished == phase and again.event is None and not again.local_status
     # A copy that is missing while nothing was recorded is not an outcome.

@@ -1,0 +1,97 @@
+"""burst against the strict sandbox: each defect a real cluster showed, with the test that failed
+before its fix (the rules themselves are shown in test_sandbox_rules.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from burst.clock import SystemClock
+from burst.kube.events import EventRecorder
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import Syncer
+from burst.sandbox import gpu_node
+from tests.conftest import wait_for
+from tests.integration.test_replicate_sync import (
+    POOL,
+    RULES,
+    remote,
+    remote_cluster,
+    run_to_completion,
+    setup_local,
+    template,
+)
+from tests.integration.test_watch import gpu_job, observer
+
+__all__ = ["remote", "remote_cluster"]  # fixtures shared with test_replicate_sync
+
+
+def test_a_pending_job_that_exists_before_the_watch_starts_is_seen(
+    kube: Any,
+) -> None:
+    """List items have no kind: the watch knows it from the list, it does not crash on it."""
+    client.CoreV1Api(kube).create_node(gpu_node("gpu-0", "Tesla-V100-SXM2-16GB", 4))
+    client.BatchV1Api(kube).create_namespaced_job("default", gpu_job("early", 8))
+    obs = observer(kube)
+    try:
+        assert obs.wait_synced(10)
+        found = wait_for(lambda: [w for w in obs.workloads() if w.name == "early"])
+        assert found[0].kind == "Job"
+    finally:
+        obs.stop()
+
+
+def burst_job(kube: Any, name: str, **spec: Any) -> tuple[KubeObjects, dict[str, Any]]:
+    local = setup_local(kube)
+    body = {
+        "metadata": {"name": name, "labels": {"burst.dev/burstable": "true"}},
+        "spec": {"template": template(), **spec},
+    }
+    client.BatchV1Api(kube).create_namespaced_job("cms-ml", body)
+    job = local.read("Job", "cms-ml", name)
+    assert job is not None
+    return local, job
+
+
+def dispatch(kube: Any, local: KubeObjects, job: dict[str, Any], remote: KubeObjects) -> str:
+    events = EventRecorder(kube, SystemClock())
+    result = Replicator(local, events, "site-a").dispatch(
+        job, remote, target="sim-aws", pool=POOL, remote_namespace="burst-cms-ml", rules=RULES
+    )
+    assert result.outcome == "dispatched", result.reasons
+    return result.remote_name
+
+
+def test_a_failed_remote_copy_is_mirrored_as_a_132_server_accepts_it(
+    kube: Any, remote: KubeObjects
+) -> None:
+    """Failed needs FailureTarget and no completionTime on 1.32+: the old mirror wrote Failed with
+    a completionTime and the local server refused it, so the job stayed suspended for ever."""
+    failing = template()
+    failing["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "1"
+    local, job = burst_job(kube, "doomed", backoffLimit=0, template=failing)
+    name = dispatch(kube, local, job, remote)
+    syncer = Syncer(local, EventRecorder(kube, SystemClock()), SystemClock(), "site-a")
+    final = run_to_completion(local, "Job", "doomed", syncer, remote, name)
+    true = {c["type"] for c in final["status"]["conditions"] if c["status"] == "True"}
+    assert {"FailureTarget", "Failed"} <= true and "completionTime" not in final["status"]
+
+
+def test_the_users_ttl_does_not_reach_the_copy(kube: Any, remote: KubeObjects) -> None:
+    """A copy deleted by its own ttlSecondsAfterFinished before sync saw it finish would leave
+    the local job suspended and the pool billing: the copy keeps no TTL of the user's."""
+    local, job = burst_job(kube, "brief", ttlSecondsAfterFinished=0)
+    name = dispatch(kube, local, job, remote)
+    copy = remote.read("Job", "burst-cms-ml", name)
+    assert copy is not None and "ttlSecondsAfterFinished" not in copy["spec"]
+    syncer = Syncer(local, EventRecorder(kube, SystemClock()), SystemClock(), "site-a")
+
+    def outcome() -> str | None:
+        obj = local.read("Job", "cms-ml", "brief")
+        assert obj is not None  # the user's TTL counts from the outcome burst mirrors
+        return syncer.sync(obj, remote, "burst-cms-ml", name, f"sim-aws/{POOL}").finished
+
+    assert wait_for(outcome, timeout=20, every=0.1) == "succeeded"
+    # Then the user's TTL applies to the user's job, as the user asked.
+    wait_for(lambda: local.read("Job", "cms-ml", "brief") is None)

@@ -1,0 +1,170 @@
+"""The sandbox API server is as strict as kube-apiserver where burst depends on it. Each rule
+names the upstream source it follows; burst's own fixes are shown in test_kube_defects.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from burst.sandbox import gpu_node
+from tests.conftest import wait_for
+from tests.integration.test_sandbox_cluster import pod_spec
+from tests.integration.test_watch import gpu_job
+
+
+def test_list_items_carry_no_type_meta_but_watch_events_and_gets_do(kube: Any) -> None:
+    """kubernetes/kubernetes#3030, #63676, #98925, kubernetes-client/python#1617: the items of a
+    list of a built-in kind have no kind or apiVersion; a single GET and watch events have them.
+    Custom resources are served as stored, with their TypeMeta."""
+    batch = client.BatchV1Api(kube)
+    batch.create_namespaced_job("default", gpu_job("listed", suspend=True))
+    listed = json.loads(batch.list_job_for_all_namespaces(_preload_content=False).data)
+    assert listed["kind"] == "JobList" and listed["apiVersion"] == "batch/v1"
+    assert [set(i) & {"kind", "apiVersion"} for i in listed["items"]] == [set()]
+    got = json.loads(batch.read_namespaced_job("listed", "default", _preload_content=False).data)
+    assert (got["kind"], got["apiVersion"]) == ("Job", "batch/v1")
+    stream = watch.Watch().stream(
+        batch.list_namespaced_job, "default", resource_version="0", timeout_seconds=1
+    )
+    event = next(stream)
+    assert (event["raw_object"]["kind"], event["raw_object"]["apiVersion"]) == ("Job", "batch/v1")
+    custom = client.CustomObjectsApi(kube)
+    custom.create_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        "default",
+        "pytorchjobs",
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p"}},
+    )
+    items = custom.list_cluster_custom_object("kubeflow.org", "v1", "pytorchjobs")["items"]
+    assert items[0]["kind"] == "PyTorchJob"
+
+
+def refused(call: Any) -> dict[str, Any]:
+    """The Status body of a refused call."""
+    with pytest.raises(ApiException) as caught:
+        call()
+    body: dict[str, Any] = json.loads(caught.value.body)
+    return body
+
+
+def job(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"template": pod_spec(), **spec}}
+
+
+def test_job_create_validation(kube: Any) -> None:
+    """pkg/apis/batch/validation/validation.go validateGeneratedSelector and validateJobTemplateSpec,
+    after strategy.go PrepareForCreate generated the selector: a selector or controller-uid labels
+    of the user's own without manualSelector, restartPolicy Always, no containers: 422 Invalid."""
+    batch = client.BatchV1Api(kube)
+    with_selector = job("sel", selector={"matchLabels": {"app": "x"}})
+    body = refused(lambda: batch.create_namespaced_job("default", with_selector))
+    assert body["code"] == 422 and body["reason"] == "Invalid"
+    assert "spec.selector: Invalid value: `selector` not auto-generated" in body["message"]
+    stale = job("stale")
+    stale["spec"]["template"]["metadata"]["labels"] = {"controller-uid": "0000-old"}
+    body = refused(lambda: batch.create_namespaced_job("default", stale))
+    assert "spec.template.metadata.labels[controller-uid]" in body["message"]
+    always = job("always")
+    always["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+    body = refused(lambda: batch.create_namespaced_job("default", always))
+    assert (
+        'spec.template.spec.restartPolicy: Required value: valid values: "OnFailure", "Never"'
+        in body["message"]
+    )
+    empty = job("empty")
+    empty["spec"]["template"]["spec"]["containers"] = []
+    body = refused(lambda: batch.create_namespaced_job("default", empty))
+    assert "spec.template.spec.containers: Required value" in body["message"]
+    manual = job("manual", manualSelector=True, selector={"matchLabels": {"app": "x"}})
+    manual["spec"]["template"]["metadata"]["labels"] = {"app": "x"}
+    assert batch.create_namespaced_job("default", manual).spec.manual_selector
+
+
+def test_job_status_rules_of_1_32(kube: Any) -> None:
+    """ValidateJobStatusUpdate with JobManagedBy on (beta, default from 1.32, for every Job):
+    Failed needs FailureTarget, Complete needs SuccessCriteriaMet and a completionTime, a
+    completionTime needs Complete, a finished Job needs a startTime."""
+    batch = client.BatchV1Api(kube)
+    batch.create_namespaced_job("default", job("held", suspend=True))
+    stamp = "2026-11-30T12:00:00Z"
+
+    def write(status: dict[str, Any]) -> Any:  # a merge patch replaces the condition list
+        return lambda: batch.patch_namespaced_job_status(
+            "held", "default", {"status": status}, _content_type="application/merge-patch+json"
+        )
+
+    def cond(type_: str) -> dict[str, Any]:
+        return {"type": type_, "status": "True", "lastTransitionTime": stamp}
+
+    failed = refused(write({"conditions": [cond("Failed")], "startTime": stamp}))
+    assert (
+        "cannot set Failed=True condition without the FailureTarget=true condition"
+        in failed["message"]
+    )
+    timed = refused(
+        write(
+            {
+                "conditions": [cond("FailureTarget"), cond("Failed")],
+                "startTime": stamp,
+                "completionTime": stamp,
+            }
+        )
+    )
+    assert "cannot set completionTime when there is no Complete=True condition" in timed["message"]
+    complete = refused(
+        write({"conditions": [cond("Complete")], "startTime": stamp, "completionTime": stamp})
+    )
+    assert "without the SuccessCriteriaMet=true condition" in complete["message"]
+    unstarted = refused(
+        write(
+            {"conditions": [cond("SuccessCriteriaMet"), cond("Complete")], "completionTime": stamp}
+        )
+    )
+    assert "startTime is required for finished job" in unstarted["message"]
+    accepted = {
+        "conditions": [cond("SuccessCriteriaMet"), cond("Complete")],
+        "startTime": stamp,
+        "completionTime": stamp,
+        "succeeded": 1,
+    }
+    assert batch.patch_namespaced_job_status("held", "default", {"status": accepted})
+    undone = refused(write({"conditions": [cond("SuccessCriteriaMet")], "completionTime": stamp}))
+    assert "cannot disable the terminal Complete=True condition" in undone["message"]
+
+
+def test_suspend_deletes_the_pods_and_resuming_starts_the_clock_again(kube: Any) -> None:
+    """Kubernetes docs, "Suspending a Job"; pkg/controller/job/job_controller.go: suspending
+    deletes active pods (Suspended=True, JobSuspended), resuming resets status.startTime."""
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+    batch.create_namespaced_job("default", job("long", template=pod_spec(seconds="1h")))
+    first = wait_for(lambda: batch.read_namespaced_job("long", "default").status.start_time)
+    wait_for(lambda: core.list_namespaced_pod("default", label_selector="job-name=long").items)
+    time.sleep(1.1)  # timestamps have whole seconds: let the next start be a later one
+    batch.patch_namespaced_job("long", "default", {"spec": {"suspend": True}})
+    wait_for(lambda: not core.list_namespaced_pod("default", label_selector="job-name=long").items)
+    held = batch.read_namespaced_job("long", "default").status
+    assert [(c.type, c.reason) for c in held.conditions if c.status == "True"] == [
+        ("Suspended", "JobSuspended")
+    ]
+    batch.patch_namespaced_job("long", "default", {"spec": {"suspend": False}})
+    again = wait_for(
+        lambda: (s := batch.read_namespaced_job("long", "default").status.start_time) != first and s
+    )
+    assert again > first
+
+
+def test_the_ttl_controller_deletes_a_finished_job(kube: Any) -> None:
+    """pkg/controller/ttlafterfinished: a finished Job with ttlSecondsAfterFinished is deleted
+    (foreground, its pods first) that long after its Complete condition's transition."""
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+    batch.create_namespaced_job("default", job("brief", ttlSecondsAfterFinished=0))
+    wait_for(lambda: not batch.list_namespaced_job("default").items, timeout=15)
+    assert not core.list_namespaced_pod("default", label_selector="job-name=brief").items
