@@ -222,14 +222,21 @@ class Replicator:
         if self._started(obj):
             return DispatchResult("started-on-prem", remote_namespace, name)
         if we_suspended:
-            self.local.patch(
-                obj["kind"], meta["namespace"], meta["name"], suspend_patch(obj["kind"], True)
-            )
+            self._suspend(obj, True)
             if self._started(obj):  # it began between our look and the suspension
-                self.local.patch(
-                    obj["kind"], meta["namespace"], meta["name"], suspend_patch(obj["kind"], False)
-                )
+                self._suspend(obj, False)
                 return DispatchResult("started-on-prem", remote_namespace, name)
+            # Read it back: a CRD of an operator without the field prunes it silently.
+            fresh = self.local.read(obj["kind"], meta["namespace"], meta["name"])
+            if fresh is not None and not is_suspended(fresh):
+                return self._refuse(
+                    obj,
+                    remote_namespace,
+                    name,
+                    f"this cluster's training operator cannot suspend a {obj['kind']} "
+                    "(spec.runPolicy.suspend needs kubeflow/training-operator v1.7 or newer): "
+                    "a copy would run beside it",
+                )
         failpoints.hit("local-suspended")
         remote.ensure_namespace(remote_namespace)
         for kind, names in (("Secret", t.secrets), ("ConfigMap", t.config_maps)):
@@ -239,14 +246,32 @@ class Replicator:
         if existing is None:
             remote.create(t.remote)
         elif (_meta(existing).get("labels") or {}).get(ORIGIN_UID) != meta["uid"]:
-            reason = f"{target} already has a {obj['kind']} {remote_namespace}/{name} that burst did not create"
-            self.events.record(obj, "Warning", "BurstRefused", reason)
-            return DispatchResult("refused", remote_namespace, name, [reason])
+            if we_suspended:
+                self._suspend(obj, False)
+            return self._refuse(
+                obj,
+                remote_namespace,
+                name,
+                f"{target} already has a {obj['kind']} {remote_namespace}/{name} "
+                "that burst did not create",
+            )
         failpoints.hit("remote-created")
         self.events.record(
             obj, "Normal", "Burst", f"sent to {target} (pool {pool}) as {remote_namespace}/{name}"
         )
         return DispatchResult("dispatched", remote_namespace, name)
+
+    def _suspend(self, obj: Mapping[str, Any], suspend: bool) -> None:
+        meta = _meta(obj)
+        self.local.patch(
+            obj["kind"], meta["namespace"], meta["name"], suspend_patch(obj["kind"], suspend)
+        )
+
+    def _refuse(
+        self, obj: Mapping[str, Any], remote_namespace: str, name: str, reason: str
+    ) -> DispatchResult:
+        self.events.record(obj, "Warning", "BurstRefused", reason)
+        return DispatchResult("refused", remote_namespace, name, [reason])
 
     def _copy(
         self, kind: str, namespace: str, name: str, remote: KubeObjects, remote_namespace: str

@@ -16,6 +16,7 @@ import yaml
 from burst.clock import Clock, SystemClock
 from burst.kube.nodes import gpu_node_manifest
 from burst.sandbox.controllers import ControlPlane
+from burst.sandbox.crds import LATEST
 from burst.sandbox.server import ApiServer
 from burst.sandbox.store import Store
 
@@ -55,9 +56,10 @@ class Sandbox:
         tick: float = 0.05,
         default_duration: float = 30.0,
         controllers: bool = True,
+        training_operator: str = LATEST,
     ) -> None:
         self.clock = clock or SystemClock()
-        self.store = Store(self.clock, history=history)
+        self.store = Store(self.clock, history=history, training_operator=training_operator)
         self.server = ApiServer(self.store, port=port, token=token, bookmark_every=bookmark_every)
         self.control = (
             ControlPlane(self.store, self.clock, tick=tick, default_duration=default_duration)

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from burst.clock import Clock
+from burst.sandbox.crds import LATEST, run_policy_fields
 from burst.sandbox.errors import ApiError, not_found
 from burst.sandbox.resources import RESOURCES, Resource
 from burst.sandbox.selectors import field_matcher, label_matcher
@@ -48,9 +49,13 @@ def meta_of(obj: Obj) -> dict[str, Any]:
 class ObjectState:
     """The objects, their uids and owners, the global resourceVersion and the event history."""
 
-    def __init__(self, clock: Clock, history: int = 200_000, seed: int = 0) -> None:
+    def __init__(
+        self, clock: Clock, history: int = 200_000, seed: int = 0, training_operator: str = LATEST
+    ) -> None:
         self.clock = clock
         self.history = history
+        run_policy_fields(training_operator)  # an unknown version is refused here
+        self.training_operator = training_operator
         self._cond = threading.Condition(threading.RLock())
         # Seeded, for reproducible generated names and uids; not for anything secret.
         self._rng = random.Random(seed)  # noqa: S311

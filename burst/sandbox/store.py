@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from time import monotonic as _monotonic
 
 from burst.clock import Clock
+from burst.sandbox.crds import LATEST
 from burst.sandbox.errors import ApiError, conflict
 from burst.sandbox.objects import DEFAULT_NAMESPACES, ORPHAN_BY_DEFAULT, Obj, meta_of, timestamp
 from burst.sandbox.resources import BY_KIND, RESOURCES, Resource
@@ -26,8 +27,10 @@ __all__ = ["Obj", "Store", "timestamp"]
 
 
 class Store(Writes):
-    def __init__(self, clock: Clock, history: int = 200_000, seed: int = 0) -> None:
-        super().__init__(clock, history, seed)
+    def __init__(
+        self, clock: Clock, history: int = 200_000, seed: int = 0, training_operator: str = LATEST
+    ) -> None:
+        super().__init__(clock, history, seed, training_operator)
         self.reset()
 
     def reset(self) -> None:

@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from burst.sandbox.admission import admit_quota, defaults
+from burst.sandbox.crds import prune_pytorchjob
 from burst.sandbox.errors import ApiError, already_exists, conflict, not_found
 from burst.sandbox.objects import Obj, ObjectState, meta_of, timestamp
 from burst.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
@@ -55,6 +56,8 @@ class Writes(ObjectState):
             meta["generation"] = 1
             meta.pop("deletionTimestamp", None)
             defaults(res, obj)
+            if res.kind == "PyTorchJob":
+                prune_pytorchjob(obj, self.training_operator)
             if res.kind == "Job":
                 problems = job_create_problems(obj)
                 if problems:
@@ -152,6 +155,8 @@ class Writes(ObjectState):
                     new["status"] = current["status"]
                 else:
                     new.pop("status", None)
+            if res.kind == "PyTorchJob":
+                prune_pytorchjob(new, self.training_operator)
             if new.get("spec") != current.get("spec"):
                 meta["generation"] = int(old_meta.get("generation", 1)) + 1
         new["kind"], new["apiVersion"] = res.kind, res.api_version

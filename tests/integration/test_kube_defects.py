@@ -11,7 +11,7 @@ from burst.clock import SystemClock
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import Syncer
-from burst.sandbox import gpu_node
+from burst.sandbox import Sandbox, gpu_node
 from tests.conftest import wait_for
 from tests.integration.test_replicate_sync import (
     POOL,
@@ -95,3 +95,39 @@ def test_the_users_ttl_does_not_reach_the_copy(kube: Any, remote: KubeObjects) -
     assert wait_for(outcome, timeout=20, every=0.1) == "succeeded"
     # Then the user's TTL applies to the user's job, as the user asked.
     wait_for(lambda: local.read("Job", "cms-ml", "brief") is None)
+
+
+def test_a_pytorchjob_whose_operator_cannot_suspend_it_is_refused_not_run_twice(
+    remote: KubeObjects,
+) -> None:
+    """On a training operator older than v1.7 runPolicy.suspend is pruned: the local job kept
+    running while its copy ran in the cloud. Read back, it is refused with the reason instead."""
+    with Sandbox(training_operator="v1.6", tick=0.02) as old:
+        api = client.ApiClient(client.Configuration(host=old.url))
+        local = setup_local(api)
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            "cms-ml",
+            "pytorchjobs",
+            {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "PyTorchJob",
+                "metadata": {"name": "ddp", "labels": {"burst.dev/burstable": "true"}},
+                "spec": {
+                    "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template()}}
+                },
+            },
+        )
+        obj = local.read("PyTorchJob", "cms-ml", "ddp")
+        assert obj is not None
+        events = EventRecorder(api, SystemClock())
+        result = Replicator(local, events, "site-a").dispatch(
+            obj, remote, target="sim-aws", pool=POOL, remote_namespace="burst-cms-ml", rules=RULES
+        )
+        assert result.outcome == "refused"
+        assert "runPolicy.suspend needs kubeflow/training-operator v1.7" in result.reasons[0]
+        assert remote.read("PyTorchJob", "burst-cms-ml", result.remote_name) is None
+        warned = client.CoreV1Api(api).list_namespaced_event("cms-ml").items
+        assert any(e.reason == "BurstRefused" for e in warned)
+        api.close()

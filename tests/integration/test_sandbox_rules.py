@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from burst.sandbox import gpu_node
+from burst.sandbox import Sandbox, gpu_node
 from tests.conftest import wait_for
 from tests.integration.test_sandbox_cluster import pod_spec
 from tests.integration.test_watch import gpu_job
@@ -168,3 +168,47 @@ def test_the_ttl_controller_deletes_a_finished_job(kube: Any) -> None:
     batch.create_namespaced_job("default", job("brief", ttlSecondsAfterFinished=0))
     wait_for(lambda: not batch.list_namespaced_job("default").items, timeout=15)
     assert not core.list_namespaced_pod("default", label_selector="job-name=brief").items
+
+
+def pytorchjob(name: str, run_policy: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runPolicy": run_policy,
+            "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod_spec()}},
+            "notInTheSchema": True,
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("operator", "kept"),
+    [("v1.6", set()), ("v1.8", {"suspend"}), ("v1.9", {"suspend", "managedBy"})],
+)
+def test_the_pytorchjob_crd_prunes_what_its_operator_does_not_know(
+    operator: str, kept: set[str]
+) -> None:
+    """A structural CRD schema prunes undeclared fields silently (kubeflow/training-operator
+    manifests/base/crds/kubeflow.org_pytorchjobs.yaml has no x-kubernetes-preserve-unknown-fields):
+    runPolicy.suspend exists from v1.7 (PR #1859), runPolicy.managedBy from v1.9 (PR #2203)."""
+    with Sandbox(training_operator=operator, controllers=False) as cluster:
+        api = client.ApiClient(client.Configuration(host=cluster.url))
+        custom = client.CustomObjectsApi(api)
+        policy = {"suspend": True, "managedBy": "kueue.x-k8s.io/multikueue", "backoffLimit": 1}
+        made = custom.create_namespaced_custom_object(
+            "kubeflow.org", "v1", "default", "pytorchjobs", pytorchjob("p", policy)
+        )
+        assert set(made["spec"]["runPolicy"]) == kept | {"backoffLimit"}
+        assert "notInTheSchema" not in made["spec"]
+        patched = custom.patch_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            "default",
+            "pytorchjobs",
+            "p",
+            {"spec": {"runPolicy": {"suspend": False}}},
+        )
+        assert ("suspend" in patched["spec"]["runPolicy"]) == ("suspend" in kept)
+        api.close()
