@@ -51,8 +51,10 @@ class Sandbox:
         port: int = 0,
         token: str | None = None,
         clock: Clock | None = None,
-        history: int = 200_000,
-        bookmark_every: float = 1.0,
+        # A watch cache window as small as a busy real one (410 Gone is routine) and bookmarks
+        # about once a minute (apiserver pkg/storage/cacher: defaultBookmarkFrequency).
+        history: int = 5_000,
+        bookmark_every: float = 60.0,
         tick: float = 0.05,
         default_duration: float = 30.0,
         controllers: bool = True,

@@ -83,3 +83,37 @@ def defaults(res: Resource, obj: Obj) -> None:
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
     elif res.status and res.kind != "Node":
         obj.pop("status", None)
+
+
+# Priority classes every cluster has without an object (plugin/pkg/admission/priority).
+SYSTEM_PRIORITY_CLASSES = frozenset({"system-cluster-critical", "system-node-critical"})
+
+
+def pod_references(pod: Obj) -> list[tuple[str, str, str]]:
+    """(kind, namespace or "", name) of the objects a pod's admission plugins look up."""
+    spec = pod.get("spec") or {}
+    namespace = _meta(pod).get("namespace", "")
+    refs = [("ServiceAccount", namespace, spec.get("serviceAccountName") or "default")]
+    priority = spec.get("priorityClassName")
+    if priority and priority not in SYSTEM_PRIORITY_CLASSES:
+        refs.append(("PriorityClass", "", priority))
+    if spec.get("runtimeClassName"):
+        refs.append(("RuntimeClass", "", spec["runtimeClassName"]))
+    return refs
+
+
+def missing_reference(kind: str, namespace: str, name: str) -> str:
+    """The admission plugins' words when a pod names what does not exist (all answered 403):
+    plugin/pkg/admission/serviceaccount, .../priority resolvePriorityClass,
+    .../runtimeclass prepareObjects."""
+    if kind == "ServiceAccount":
+        return f'error looking up service account {namespace}/{name}: serviceaccount "{name}" not found'
+    if kind == "PriorityClass":
+        return f"no PriorityClass with name {name} was found"
+    return f'pod rejected: RuntimeClass "{name}" not found'
+
+
+def forbidden(plural: str, group: str, name: str, why: str) -> ApiError:
+    qualified = f"{plural}.{group}" if group else plural
+    subject = f'{qualified} "{name}"' if name else qualified
+    return ApiError(403, "Forbidden", f"{subject} is forbidden: {why}")

@@ -38,6 +38,7 @@ from burst.sandbox.base import (
     pod_requests,
 )
 from burst.sandbox.errors import ApiError
+from burst.sandbox.resources import BY_KIND
 from burst.sandbox.store import Obj, timestamp
 from burst.sandbox.workloads import WorkloadControllers
 
@@ -58,6 +59,8 @@ class ControlPlane(WorkloadControllers):
                 self._pytorchjob(namespace, name)
             elif kind == "Node":
                 self._node(name)
+            elif kind == "Namespace":
+                self._namespace(name)
         self._collect_garbage(deleted_uids)
         self._collect_expired()
         # Pods that did not fit wait until room may have appeared (a node came, a pod ended).
@@ -214,6 +217,23 @@ class ControlPlane(WorkloadControllers):
             status["reason"] = "NodeLost"
             status["message"] = "the node the pod ran on was deleted"
         self._update(PODS, {**pod, "status": status}, status=True)
+
+    def _namespace(self, name: str) -> None:
+        """The namespace controller (pkg/controller/namespace): a terminating namespace's content
+        is deleted; once none is left, the namespace goes. Content held by finalizers nobody
+        removes keeps it Terminating."""
+        namespace = self.store.find(BY_KIND["Namespace"], "", name)
+        if namespace is None or not _meta(namespace).get("deletionTimestamp"):
+            return
+        content = self.store.content_of(name)
+        for res, obj in content:
+            if not _meta(obj).get("deletionTimestamp"):
+                self._delete(res, obj, "Background")
+        if not content:
+            self.store.finalize_namespace(name)
+        else:
+            with self._lock:  # look again when what is left has gone
+                self._dirty.add(("Namespace", "", name))
 
     def _node(self, name: str) -> None:
         if self.store.find(NODES, "", name) is not None:

@@ -22,6 +22,10 @@ from burst.sandbox.selectors import field_matcher, label_matcher
 
 Obj = dict[str, Any]
 Listener = Callable[[str, Resource, Obj], None]
+CONTINUE_EXPIRED = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter."
+)
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # batch/v1 Jobs keep their historical default: deleting one orphans its pods unless the client
 # asks for Background or Foreground propagation.
@@ -134,13 +138,17 @@ class ObjectState:
         label_ok, field_ok = label_matcher(labels), field_matcher(fields)
         with self._cond:
             start: tuple[str, str] | None = None
+            rv = str(self._rv)
             if continue_:
                 try:
                     token = json.loads(base64.urlsafe_b64decode(continue_.encode()))
-                    start = (token["ns"], token["name"])
+                    start, rv = (token["ns"], token["name"]), str(token["rv"])
                 except (ValueError, KeyError, TypeError):
                     raise ApiError(400, "BadRequest", "invalid continue token") from None
-            rv = str(self._rv)
+                if int(rv) < self._log_start - 1:
+                    # The snapshot the pages come from was compacted away (apiserver
+                    # pkg/storage/etcd3/errors.go): start a new list.
+                    raise ApiError(410, "Expired", CONTINUE_EXPIRED)
             keys = sorted(k for k in self._objects[res.key] if not namespace or k[0] == namespace)
             items = []
             for key in keys:
@@ -151,7 +159,7 @@ class ObjectState:
                     items.append(obj)
         if limit and len(items) > limit:
             last = meta_of(items[limit - 1])
-            token = {"ns": last.get("namespace", ""), "name": last["name"]}
+            token = {"ns": last.get("namespace", ""), "name": last["name"], "rv": int(rv)}
             encoded = base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
             return items[:limit], rv, encoded, len(items) - limit
         return items, rv, None, None

@@ -68,6 +68,10 @@ RESOURCES = [
         status=True,
         short_names=("pvc",),
     ),
+    Resource(
+        "scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False, short_names=("pc",)
+    ),
+    Resource("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", False),
     Resource("batch", "v1", "Job", "jobs", True, status=True),
     Resource("coordination.k8s.io", "v1", "Lease", "leases", True),
     Resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", True, status=True, builtin=False),

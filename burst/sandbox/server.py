@@ -197,6 +197,12 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def _manager(self) -> str:
+        """The field manager of a write: the client's User-Agent up to its first `/`
+        (apiserver pkg/endpoints/handlers/rest.go prefixFromUserAgent)."""
+        agent = self.headers.get("User-Agent") or "unknown"
+        return agent.split("/")[0] or "unknown"
+
     def _send_text(self, text: str) -> None:
         data = text.encode()
         self.send_response(200)
@@ -226,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = self._body()
                 if not isinstance(body, dict):
                     raise ApiError(400, "BadRequest", "expected an object")
-                self._send(201, store.create(res, namespace, body))
+                self._send(201, store.create(res, namespace, body, self._manager()))
             elif method == "DELETE":
                 items, _, _, _ = store.list_items(
                     res, namespace, query.get("labelSelector"), query.get("fieldSelector")
@@ -273,11 +279,23 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._body()
             if not isinstance(body, dict):
                 raise ApiError(400, "BadRequest", "expected an object")
-            self._send(200, store.replace(res, namespace, name, body, status=status))
+            self._send(
+                200,
+                store.replace(res, namespace, name, body, status=status, manager=self._manager()),
+            )
         elif method == "PATCH":
             content_type = self.headers.get("Content-Type") or ""
             self._send(
-                200, store.patch(res, namespace, name, content_type, self._body(), status=status)
+                200,
+                store.patch(
+                    res,
+                    namespace,
+                    name,
+                    content_type,
+                    self._body(),
+                    status=status,
+                    manager=self._manager(),
+                ),
             )
         elif method == "DELETE":
             options = self._body() or {}

@@ -83,6 +83,23 @@ class Store(Writes):
                 finalizers.append("foregroundDeletion")
             if propagation == "Orphan":
                 self._orphan_dependents(meta["uid"])
+            if res.kind == "Namespace" and (current.get("spec") or {}).get("finalizers"):
+                # Its spec finalizer holds it Terminating until the namespace controller has
+                # deleted everything in it (pkg/controller/namespace).
+                if meta.get("deletionTimestamp"):
+                    return current
+                terminating = {
+                    **current,
+                    "metadata": {
+                        **meta,
+                        "deletionTimestamp": timestamp(self.clock.now()),
+                        "resourceVersion": self._next_rv(),
+                    },
+                    "status": {"phase": "Terminating"},
+                }
+                self._objects[res.key][("", name)] = terminating
+                self._record("MODIFIED", res, terminating, current)
+                return terminating
             if finalizers:
                 if meta.get("deletionTimestamp") and finalizers == meta.get("finalizers"):
                     return current
@@ -202,3 +219,24 @@ class Store(Writes):
                 )
                 position = max(position, current_rv)
                 next_bookmark = now + (bookmark_every or 0)
+
+    def content_of(self, namespace: str) -> list[tuple[Resource, Obj]]:
+        """Everything stored in `namespace`, for the namespace controller."""
+        with self._cond:
+            return [
+                (res, obj)
+                for res in RESOURCES
+                if res.namespaced
+                for (ns, _), obj in list(self._objects[res.key].items())
+                if ns == namespace
+            ]
+
+    def finalize_namespace(self, name: str) -> None:
+        """The namespace controller's last step: an empty terminating namespace goes."""
+        namespaces = BY_KIND["Namespace"]
+        with self._cond:
+            current = self._objects[namespaces.key].get(("", name))
+            if current is None or not meta_of(current).get("deletionTimestamp"):
+                return
+            gone = {**current, "metadata": {**meta_of(current), "resourceVersion": self._next_rv()}}
+            self._remove(namespaces, ("", name), gone)

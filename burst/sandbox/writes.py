@@ -7,9 +7,16 @@ from __future__ import annotations
 import copy
 import string
 import uuid
+from datetime import datetime
 from typing import Any
 
-from burst.sandbox.admission import admit_quota, defaults
+from burst.sandbox.admission import (
+    admit_quota,
+    defaults,
+    forbidden,
+    missing_reference,
+    pod_references,
+)
 from burst.sandbox.crds import prune_pytorchjob
 from burst.sandbox.errors import ApiError, already_exists, conflict, not_found
 from burst.sandbox.objects import Obj, ObjectState, meta_of, timestamp
@@ -17,9 +24,12 @@ from burst.sandbox.patch import json_patch, merge_patch, strategic_merge_patch
 from burst.sandbox.resources import BY_KIND, Resource
 from burst.sandbox.validation import invalid, job_create_problems, job_status_problems
 
+CONTROLLERS = "kube-controller-manager"
+MAX_UPDATE_MANAGERS = 10  # apimachinery .../managedfields/internal/fieldmanager.go
+
 
 class Writes(ObjectState):
-    def create(self, res: Resource, namespace: str, body: Obj) -> Obj:
+    def create(self, res: Resource, namespace: str, body: Obj, manager: str = CONTROLLERS) -> Obj:
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -40,8 +50,19 @@ class Writes(ObjectState):
                     raise ApiError(
                         400, "BadRequest", "the namespace of the object does not match the request"
                     )
-                if namespace and ("", namespace) not in self._objects["/namespaces"]:
+                owner = self._objects["/namespaces"].get(("", namespace))
+                if owner is None:
                     raise not_found("namespaces", namespace)
+                if meta_of(owner).get("deletionTimestamp"):
+                    # The NamespaceLifecycle admission plugin (apiserver pkg/admission/plugin/
+                    # namespace/lifecycle): no new content while a namespace terminates.
+                    raise forbidden(
+                        res.plural,
+                        res.group,
+                        meta["name"],
+                        f"unable to create new content in namespace {namespace} "
+                        "because it is being terminated",
+                    )
                 meta["namespace"] = namespace
             else:
                 meta.pop("namespace", None)
@@ -50,6 +71,12 @@ class Writes(ObjectState):
             if key in self._objects[res.key]:
                 raise already_exists(res.plural, meta["name"], res.group)
             if res.kind == "Pod":
+                for kind, where, name in pod_references(obj):
+                    ref = BY_KIND[kind]
+                    if (where, name) not in self._objects[ref.key]:
+                        raise forbidden(
+                            "pods", "", meta["name"], missing_reference(kind, where, name)
+                        )
                 admit_quota(self._objects["/resourcequotas"].values(), namespace, obj)
             meta["uid"] = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
             meta["creationTimestamp"] = timestamp(self.clock.now())
@@ -62,15 +89,27 @@ class Writes(ObjectState):
                 problems = job_create_problems(obj)
                 if problems:
                     raise invalid("Job", res.group, meta["name"], problems)
+            meta["managedFields"] = managed_fields(obj, [], manager, res, self.clock.now())
             meta["resourceVersion"] = self._next_rv()
             self._objects[res.key][key] = obj
             self._uids.add(meta["uid"])
             self._index_owners(res, obj, None)
             self._record("ADDED", res, obj, None)
+            if res.kind == "Namespace":
+                # The serviceaccounts controller gives every namespace its `default` account.
+                self.create(
+                    BY_KIND["ServiceAccount"], meta["name"], {"metadata": {"name": "default"}}
+                )
             return obj
 
     def replace(
-        self, res: Resource, namespace: str, name: str, body: Obj, status: bool = False
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        body: Obj,
+        status: bool = False,
+        manager: str = CONTROLLERS,
     ) -> Obj:
         """PUT: the whole object (or, with `status`, only its status)."""
         with self._cond:
@@ -88,7 +127,7 @@ class Writes(ObjectState):
                 raise ApiError(
                     400, "BadRequest", "the name of the object does not match the request"
                 )
-            return self._write(res, current, body, status)
+            return self._write(res, current, body, status, manager)
 
     def patch(
         self,
@@ -98,6 +137,7 @@ class Writes(ObjectState):
         content_type: str,
         body: Any,
         status: bool = False,
+        manager: str = CONTROLLERS,
     ) -> Obj:
         with self._cond:
             current = self.get(res, namespace, name)
@@ -129,9 +169,11 @@ class Writes(ObjectState):
                     "changes to the latest version and try again",
                     res.group,
                 )
-            return self._write(res, current, patched, status)
+            return self._write(res, current, patched, status, manager)
 
-    def _write(self, res: Resource, current: Obj, body: Obj, status: bool) -> Obj:
+    def _write(
+        self, res: Resource, current: Obj, body: Obj, status: bool, manager: str = CONTROLLERS
+    ) -> Obj:
         new = copy.deepcopy(body)
         old_meta = meta_of(current)
         if status:
@@ -160,13 +202,20 @@ class Writes(ObjectState):
             if new.get("spec") != current.get("spec"):
                 meta["generation"] = int(old_meta.get("generation", 1)) + 1
         new["kind"], new["apiVersion"] = res.kind, res.api_version
-        new["metadata"] = {**meta_of(new), "resourceVersion": old_meta["resourceVersion"]}
+        new["metadata"] = {
+            **meta_of(new),
+            "resourceVersion": old_meta["resourceVersion"],
+            "managedFields": old_meta.get("managedFields") or [],
+        }
         if res.kind == "Job" and new.get("status") != current.get("status"):
             problems = job_status_problems(current, new)
             if problems:
                 raise invalid("Job", res.group, old_meta["name"], problems)
         if new == current:
             return current  # a no-op write changes nothing, not even the resourceVersion
+        new["metadata"]["managedFields"] = managed_fields(
+            new, old_meta.get("managedFields") or [], manager, res, self.clock.now(), status
+        )
         new["metadata"]["resourceVersion"] = self._next_rv()
         key = (old_meta.get("namespace", ""), old_meta["name"])
         if meta_of(new).get("deletionTimestamp") and not meta_of(new).get("finalizers"):
@@ -205,3 +254,44 @@ class Writes(ObjectState):
             key = (namespace, name)
             self._objects[pods.key][key] = new
             self._record("MODIFIED", pods, new, pod)
+
+
+def _fields(value: Any, depth: int = 0) -> dict[str, Any]:
+    """A FieldsV1 set: the fields of `value`, nested (list items counted as one)."""
+    if depth > 6:
+        return {}
+    if isinstance(value, dict):
+        return {f"f:{k}": _fields(v, depth + 1) for k, v in value.items() if k != "managedFields"}
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return {".": {}, **_fields(value[0], depth + 1)}
+    return {}
+
+
+def managed_fields(
+    obj: Obj,
+    previous: list[Obj],
+    manager: str,
+    res: Resource,
+    now: datetime,
+    status: bool = False,
+) -> list[Obj]:
+    """metadata.managedFields after a write by `manager`: every write runs the field manager
+    (apiserver pkg/endpoints/handlers create.go, update.go, patch.go), one Update entry per
+    manager and subresource, at most ten."""
+    sub = "status" if status else ""
+    section = (
+        {"f:status": _fields(obj.get("status"))}
+        if status
+        else _fields({k: v for k, v in obj.items() if k not in ("kind", "apiVersion", "status")})
+    )
+    entry = {
+        "manager": manager,
+        "operation": "Update",
+        "apiVersion": res.api_version,
+        "time": timestamp(now),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": section,
+        **({"subresource": sub} if sub else {}),
+    }
+    kept = [e for e in previous if (e.get("manager"), e.get("subresource", "")) != (manager, sub)]
+    return [*kept, entry][-MAX_UPDATE_MANAGERS:]

@@ -212,3 +212,124 @@ def test_the_pytorchjob_crd_prunes_what_its_operator_does_not_know(
         )
         assert ("suspend" in patched["spec"]["runPolicy"]) == ("suspend" in kept)
         api.close()
+
+
+def test_pod_admission_refuses_what_a_pod_names_but_does_not_exist(kube: Any) -> None:
+    """403 Forbidden from the ServiceAccount, Priority and RuntimeClass admission plugins
+    (plugin/pkg/admission/{serviceaccount,priority,runtimeclass}); system-* priority classes need
+    no object; every namespace gets its `default` ServiceAccount."""
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": "team"}})
+    assert core.read_namespaced_service_account("default", "team")
+
+    def pod(name: str, **spec: Any) -> dict[str, Any]:
+        body = pod_spec(**spec)
+        body["metadata"]["name"] = name
+        return body
+
+    cases = {
+        "sa": (
+            {"serviceAccountName": "builder"},
+            'error looking up service account team/builder: serviceaccount "builder" not found',
+        ),
+        "pc": ({"priorityClassName": "urgent"}, "no PriorityClass with name urgent was found"),
+        "rc": ({"runtimeClassName": "kata"}, 'pod rejected: RuntimeClass "kata" not found'),
+    }
+    for name, (spec, message) in cases.items():
+        made = pod(name, **spec)
+        body = refused(lambda made=made: core.create_namespaced_pod("team", made))
+        assert body["code"] == 403 and body["reason"] == "Forbidden"
+        assert body["message"] == f'pods "{name}" is forbidden: {message}'
+    assert core.create_namespaced_pod("team", pod("sys", priorityClassName="system-node-critical"))
+
+
+def test_a_pod_for_another_scheduler_is_never_scheduled(kube: Any) -> None:
+    """kube-scheduler queues only pods whose schedulerName it serves (pkg/scheduler/eventhandlers.go
+    responsibleForPod): such a pod stays Pending, with no PodScheduled condition."""
+    core = client.CoreV1Api(kube)
+    core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+    body = pod_spec(schedulerName="volcano")
+    body["metadata"]["name"] = "elsewhere"
+    core.create_namespaced_pod("default", body)
+    time.sleep(0.3)
+    status = core.read_namespaced_pod("elsewhere", "default").status
+    assert status.phase == "Pending" and not status.conditions
+
+
+def test_a_terminating_namespace_refuses_new_content_and_stays_until_it_is_empty(
+    kube: Any,
+) -> None:
+    """NamespaceLifecycle admission: `unable to create new content in namespace X because it is
+    being terminated` (403); the namespace controller deletes its content, and a finalizer nobody
+    removes keeps it Terminating."""
+    core = client.CoreV1Api(kube)
+    core.create_namespace({"metadata": {"name": "going"}})
+    core.create_namespaced_config_map(
+        "going", {"metadata": {"name": "held", "finalizers": ["example.org/keep"]}}
+    )
+    core.create_namespaced_config_map("going", {"metadata": {"name": "free"}})
+    core.delete_namespace("going")
+    assert core.read_namespace("going").status.phase == "Terminating"
+    body = refused(
+        lambda: core.create_namespaced_config_map("going", {"metadata": {"name": "late"}})
+    )
+    assert body["code"] == 403
+    assert body["message"] == (
+        'configmaps "late" is forbidden: unable to create new content in namespace going '
+        "because it is being terminated"
+    )
+    wait_for(
+        lambda: (
+            [c.metadata.name for c in core.list_namespaced_config_map("going").items] == ["held"]
+        )
+    )
+    time.sleep(0.2)
+    assert core.read_namespace("going").status.phase == "Terminating"
+    core.patch_namespaced_config_map(
+        "held",
+        "going",
+        {"metadata": {"finalizers": None}},
+        _content_type="application/merge-patch+json",
+    )
+    wait_for(lambda: "going" not in [n.metadata.name for n in core.list_namespace().items])
+
+
+def test_objects_carry_managed_fields_from_every_writer(kube: Any) -> None:
+    """Every create, update and patch runs the field manager (apiserver pkg/endpoints/handlers);
+    objects come back with metadata.managedFields, named after the client's User-Agent."""
+    batch = client.BatchV1Api(kube)
+    batch.create_namespaced_job("default", job("managed", suspend=True))
+
+    def managers() -> set[tuple[str, str]]:
+        raw = json.loads(
+            batch.read_namespaced_job("managed", "default", _preload_content=False).data
+        )
+        return {(e["manager"], e.get("subresource", "")) for e in raw["metadata"]["managedFields"]}
+
+    # The python client's User-Agent, then the Job controller's status write.
+    wait_for(
+        lambda: {("OpenAPI-Generator", ""), ("kube-controller-manager", "status")} <= managers()
+    )
+    listed = json.loads(batch.list_namespaced_job("default", _preload_content=False).data)
+    assert listed["items"][0]["metadata"]["managedFields"]
+
+
+def test_a_continue_token_expires_with_the_history_it_points_into() -> None:
+    """A paged list whose snapshot was compacted away is 410 Expired (apiserver
+    pkg/storage/etcd3/errors.go): the client must start a new list."""
+    with Sandbox(controllers=False) as cluster:
+        api = client.ApiClient(client.Configuration(host=cluster.url))
+        core = client.CoreV1Api(api)
+        for i in range(5):
+            core.create_namespaced_config_map("default", {"metadata": {"name": f"c{i}"}})
+        first = core.list_namespaced_config_map("default", limit=2)
+        core.create_namespaced_config_map("default", {"metadata": {"name": "later"}})
+        cluster.store.compact()  # the history up to "later" is gone, the first page's with it
+        body = refused(
+            lambda: core.list_namespaced_config_map(
+                "default", limit=2, _continue=first.metadata._continue
+            )
+        )
+        assert body["code"] == 410 and body["reason"] == "Expired"
+        assert body["message"].startswith("The provided continue parameter is too old")
+        api.close()
