@@ -33,15 +33,22 @@ log = logging.getLogger(__name__)
 
 
 def kube_client(access: KubernetesAccess) -> Any:
-    """An ApiClient from in-cluster credentials or a kubeconfig (and context)."""
+    """An ApiClient, every call with a deadline, from in-cluster credentials or a kubeconfig."""
     from kubernetes import client
     from kubernetes import config as kube_config
 
+    from burst.kube.connect import TimedApiClient
+
+    configuration = client.Configuration()
     if access.in_cluster:
-        configuration = client.Configuration()
         kube_config.load_incluster_config(client_configuration=configuration)
-        return client.ApiClient(configuration)
-    return kube_config.new_client_from_config(config_file=access.kubeconfig, context=access.context)
+    else:
+        kube_config.load_kube_config(
+            config_file=access.kubeconfig,
+            context=access.context,
+            client_configuration=configuration,
+        )
+    return TimedApiClient(configuration)
 
 
 def reconciler_for(
@@ -152,6 +159,7 @@ def run(service: Service, *, host: str | None = None, port: int | None = None) -
     election = spec.leader_election
     duration = int(election.lease_duration.total_seconds())
     lock = LeaseLock(election.lease_name, election.namespace, service.identity)
+    lock.api_instance = client.CoordinationV1Api(service.onprem)  # renewals with a deadline
     leader = leaderelection.LeaderElection(
         electionconfig.Config(
             lock,

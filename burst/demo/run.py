@@ -93,9 +93,11 @@ def run(
             onprem.store.create(BY_KIND["Node"], "", gpu_node(f"onprem-{i}", product, gpus=4))
         from kubernetes import client
 
-        api = client.ApiClient(client.Configuration(host=onprem.url))
+        from burst.kube.connect import TimedApiClient
+
+        api = TimedApiClient(client.Configuration(host=onprem.url))
         remote_apis = {
-            n: client.ApiClient(client.Configuration(host=s.url)) for n, s in remotes.items()
+            n: TimedApiClient(client.Configuration(host=s.url)) for n, s in remotes.items()
         }
         local = KubeObjects(api)
         events = EventRecorder(api, clock)

@@ -112,6 +112,11 @@ class Observer:
             self._threads.append(t)
         return self
 
+    @property
+    def synced(self) -> bool:
+        """Every cache has listed once: before that, missing nodes would read as no capacity."""
+        return all(c.synced.is_set() for c in self.caches)
+
     def wait_synced(self, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         return all(c.synced.wait(max(0.0, deadline - time.monotonic())) for c in self.caches)

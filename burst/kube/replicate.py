@@ -153,7 +153,15 @@ class KubeObjects:
         import json
 
         uid = _meta(obj)["uid"]
-        response = self.core.list_namespaced_pod(_meta(obj)["namespace"], _preload_content=False)
+        # Only its pods, by the labels their controller gives them, not the whole namespace.
+        selector = (
+            f"batch.kubernetes.io/controller-uid={uid}"
+            if obj.get("kind") == "Job"
+            else f"training.kubeflow.org/job-name={_meta(obj)['name']}"
+        )
+        response = self.core.list_namespaced_pod(
+            _meta(obj)["namespace"], label_selector=selector, _preload_content=False
+        )
         return [
             p
             for p in json.loads(response.data).get("items") or []

@@ -15,6 +15,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
+from burst.kube.connect import watch_timeout
+
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
 GPU = "nvidia.com/gpu"
@@ -36,6 +40,18 @@ def parse_time(text: str | None) -> datetime | None:
     if not text:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+PAGE = 500  # items per list page (client-go's reflector asks for as many)
+
+
+def trimmed(obj: Obj) -> Obj:
+    """What the cache keeps of an object: all but metadata.managedFields (often half its size,
+    and nothing burst reads), as controller-runtime's and client-go's transforms drop it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
 
 
 # --- one resource ---------------------------------------------------------------------------------
@@ -65,20 +81,38 @@ class ResourceCache:
         self._timeout, self._max_backoff, self._sleep = watch_timeout, max_backoff, sleep
 
     def relist(self) -> None:
-        response = self._list(_preload_content=False)
-        data = json.loads(response.data)
+        """A fresh list, page by page (a cluster-wide list of 10,000 pods in one answer is what
+        API servers throttle); a page whose snapshot expired starts the list again."""
+        while True:
+            try:
+                items, version = self._list_pages()
+                break
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
         # A list's items carry no kind or apiVersion (only watch events and GETs do): this cache
         # knows what it lists and says so on each item, as the rest of burst reads them.
         type_meta = {"kind": self.kind, "apiVersion": self.api_version} if self.kind else {}
-        fresh = {meta_of(o)["uid"]: {**o, **type_meta} for o in data.get("items") or []}
+        fresh = {meta_of(o)["uid"]: trimmed({**o, **type_meta}) for o in items}
         for uid in [u for u in self.items if u not in fresh]:
             self._on_event("DELETED", self.items.pop(uid))
         for uid, obj in fresh.items():
             self._on_event("MODIFIED" if uid in self.items else "ADDED", obj)
             self.items[uid] = obj
-        self.resource_version = str(meta_of(data).get("resourceVersion") or "")
+        self.resource_version = version
         self.relists += 1
         self.synced.set()
+
+    def _list_pages(self) -> tuple[list[Obj], str]:
+        items: list[Obj] = []
+        token: str | None = None
+        while True:
+            page = {"limit": PAGE, **({"_continue": token} if token else {})}
+            data = json.loads(self._list(_preload_content=False, **page).data)
+            items += data.get("items") or []
+            token = meta_of(data).get("continue")
+            if not token:
+                return items, str(meta_of(data).get("resourceVersion") or "")
 
     def watch_once(self, stop: threading.Event) -> None:
         from kubernetes.watch.watch import iter_resp_lines
@@ -89,6 +123,7 @@ class ResourceCache:
             allow_watch_bookmarks=True,
             timeout_seconds=self._timeout,
             _preload_content=False,
+            _request_timeout=watch_timeout(self._timeout),
         )
         try:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
@@ -108,6 +143,7 @@ class ResourceCache:
                 if event["type"] == "BOOKMARK":
                     continue
                 uid = str(meta_of(obj).get("uid"))
+                obj = trimmed(obj)
                 if event["type"] == "DELETED":
                     self.items.pop(uid, None)
                 else:

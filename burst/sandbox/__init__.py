@@ -88,6 +88,13 @@ class Sandbox:
         self.server.stop()
         self._thread.join(timeout=5)
 
+    def freeze(self) -> None:
+        """Hang every request and watch, as an API server that stopped answering."""
+        self.server.freeze()
+
+    def thaw(self) -> None:
+        self.server.thaw()
+
     def reset(self) -> None:
         """Back to an empty cluster (default namespaces only), for the next test."""
         if self.control is not None:

@@ -40,6 +40,21 @@ class ApiServer(ThreadingHTTPServer):
         self.token = token
         self.bookmark_every = bookmark_every
         self.stopping = threading.Event()
+        # Frozen: connections are accepted and nothing is answered, as from an API server that
+        # hangs (or a half-open connection); requests and open watches wait until it thaws.
+        self.thawed = threading.Event()
+        self.thawed.set()
+
+    def freeze(self) -> None:
+        self.thawed.clear()
+
+    def thaw(self) -> None:
+        self.thawed.set()
+
+    def wait_thawed(self) -> None:
+        while not self.thawed.wait(0.1):
+            if self.stopping.is_set():
+                return
 
     @property
     def url(self) -> str:
@@ -372,28 +387,35 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         try:
             for type_, obj in stream:
+                self.server.wait_thawed()
                 line = (
                     json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode()
                     + b"\n"
                 )
                 self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                 self.wfile.flush()
+            self.server.wait_thawed()
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
         self.close_connection = True
 
     def do_GET(self) -> None:
+        self.server.wait_thawed()
         self._dispatch("GET")
 
     def do_POST(self) -> None:
+        self.server.wait_thawed()
         self._dispatch("POST")
 
     def do_PUT(self) -> None:
+        self.server.wait_thawed()
         self._dispatch("PUT")
 
     def do_PATCH(self) -> None:
+        self.server.wait_thawed()
         self._dispatch("PATCH")
 
     def do_DELETE(self) -> None:
+        self.server.wait_thawed()
         self._dispatch("DELETE")

@@ -90,6 +90,11 @@ class Reconciler:
     # -- the pass --
 
     def run_once(self) -> PassReport:
+        if not self.observer.synced:
+            # Half a picture is worse than none: without the nodes, on-prem looks empty and
+            # every pending job would burst.
+            log.warning("the on-prem watch has not listed everything yet: no plan this pass")
+            return PassReport(Plan())
         with self.sessions() as s:
             self.provisioner.refresh(s)
             for pool in self.provisioner.deleting(s):  # a pass died while deleting it

@@ -3,15 +3,22 @@ before its fix (the rules themselves are shown in test_sandbox_rules.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
+import pytest
+import urllib3
 from kubernetes import client
 
 from burst.clock import SystemClock
+from burst.kube.connect import TimedApiClient
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import Syncer
+from burst.kube.watch import ResourceCache
 from burst.sandbox import Sandbox, gpu_node
+from burst.sandbox.resources import BY_KIND
 from tests.conftest import wait_for
 from tests.integration.test_replicate_sync import (
     POOL,
@@ -130,4 +137,67 @@ def test_a_pytorchjob_whose_operator_cannot_suspend_it_is_refused_not_run_twice(
         assert remote.read("PyTorchJob", "burst-cms-ml", result.remote_name) is None
         warned = client.CoreV1Api(api).list_namespaced_event("cms-ml").items
         assert any(e.reason == "BurstRefused" for e in warned)
+        api.close()
+
+
+def test_a_frozen_api_server_does_not_freeze_burst() -> None:
+    """No Kubernetes call waited with a deadline: a half-open connection froze the watch for ever.
+    Every call now has one; a watch that hears nothing reconnects, and catches up once the
+    server answers again."""
+    with Sandbox(controllers=False) as cluster:
+        api = TimedApiClient(client.Configuration(host=cluster.url), timeout=(1.0, 1.0))
+        core = client.CoreV1Api(api)
+        seen: list[str] = []
+        cache = ResourceCache(
+            "configmaps",
+            lambda **kw: core.list_namespaced_config_map("default", **kw),
+            lambda type_, obj: seen.append(obj["metadata"]["name"]),
+            kind="ConfigMap",
+            api_version="v1",
+            watch_timeout=1,
+            sleep=lambda s: None,
+        )
+        stop = threading.Event()
+        threading.Thread(target=cache.run, args=(stop,), daemon=True).start()
+        assert cache.synced.wait(5)
+        cluster.freeze()
+        started = time.monotonic()
+        with pytest.raises(urllib3.exceptions.MaxRetryError) as hung:  # after urllib3's retries
+            KubeObjects(api).read("ConfigMap", "default", "any")
+        assert isinstance(hung.value.reason, urllib3.exceptions.ReadTimeoutError)
+        assert time.monotonic() - started < 8
+        wait_for(lambda: cache.reconnects >= 1, timeout=10)  # the silent watch gave up
+        cluster.thaw()
+        core.create_namespaced_config_map("default", {"metadata": {"name": "after"}})
+        wait_for(lambda: "after" in seen, timeout=10)
+        stop.set()
+        api.close()
+
+
+def test_a_relist_pages_and_starts_again_when_its_snapshot_expires() -> None:
+    """Cluster-wide relists asked for everything at once and kept managedFields: now they page,
+    restart on 410 Expired, and the cache keeps objects without managedFields."""
+    with Sandbox(controllers=False) as cluster:
+        api = client.ApiClient(client.Configuration(host=cluster.url))
+        core = client.CoreV1Api(api)
+        for i in range(1203):
+            cluster.store.create(
+                BY_KIND["ConfigMap"], "default", {"metadata": {"name": f"c{i:04d}"}}
+            )
+        pages: list[int] = []
+
+        def listing(**kw: Any) -> Any:
+            if kw.get("_continue") and len(pages) == 1:
+                cluster.store.create(BY_KIND["ConfigMap"], "default", {"metadata": {"name": "x"}})
+                cluster.store.compact()  # the first page's snapshot is gone: start again
+            pages.append(kw.get("limit", 0))
+            return core.list_namespaced_config_map("default", **kw)
+
+        cache = ResourceCache(
+            "configmaps", listing, lambda *_: None, kind="ConfigMap", api_version="v1"
+        )
+        cache.relist()
+        assert len(cache.items) == 1204  # all 1,203 and the one made while it paged
+        assert all(limit == 500 for limit in pages) and len(pages) == 2 + 3  # expired, again
+        assert all("managedFields" not in o["metadata"] for o in cache.items.values())
         api.close()

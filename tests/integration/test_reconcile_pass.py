@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
 from sqlalchemy import select
 
 from burst import config
@@ -16,6 +17,7 @@ from burst.demo.scenario import job_manifest
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects
 from burst.model import OfferKey
+from burst.sandbox import gpu_node
 from burst.store import database
 from burst.store.tables import Dispatch, Pool
 from providers.sim import SimCloud, SimProvider, SimSettings
@@ -74,3 +76,37 @@ def test_a_capacity_refusal_is_followed_by_the_next_best_offer_in_the_same_pass(
     refused, chosen = one_pass(kube, tmp_path / "short", SimSettings(capacity={cheapest: 0}))
     assert refused[0] == "failed" and "capacity" in refused[1] and refused[2] == cheapest
     assert chosen[0] in ("requested", "creating") and chosen[2] != cheapest
+
+
+def test_no_plan_before_the_watch_has_listed_everything(kube: Any, tmp_path: Path) -> None:
+    """The first plan did not wait for synced caches: with the jobs listed and the nodes not yet,
+    on-prem looked empty and every pending job went to a cloud."""
+    client.CoreV1Api(kube).create_node(gpu_node("v100-0", "Tesla-V100-SXM2-16GB", 8))
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    job = job_manifest("fits-on-prem", 2, deadline="1h")
+    job["spec"]["suspend"] = True
+    local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    clock = FakeClock()
+    assert CFG.service is not None
+    providers = {
+        t.name: SimProvider(
+            SimCloud(clock),
+            target=t.name,
+            cloud=t.cloud,
+            region=t.region,
+            offers=lambda: list(SHIPPED),
+        )
+        for t in CFG.service.spec.targets
+    }
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'burst.db'}")
+    database.upgrade(engine)
+    observer = Observer(kube, clock)
+    observer.jobs.relist()  # the jobs are in, the nodes are not
+    reconciler = reconciler_for(
+        CFG, SHIPPED, clock, database.sessions(engine), observer, kube, {}, providers
+    )
+    assert reconciler.run_once().plan.actions == ()
+    with database.sessions(engine)() as s:
+        assert not s.scalars(select(Pool)).all()
+    engine.dispose()
