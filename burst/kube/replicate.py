@@ -134,6 +134,13 @@ class KubeObjects:
                     name,
                     propagation_policy="Background",
                 )
+            elif kind in ("Secret", "ConfigMap"):
+                method = (
+                    self.core.delete_namespaced_secret
+                    if kind == "Secret"
+                    else self.core.delete_namespaced_config_map
+                )
+                method(name, namespace, _preload_content=False)
             else:
                 raise ValueError(f"unsupported kind {kind}")
         except ApiException as exc:
@@ -205,6 +212,7 @@ class Replicator:
         pool: str,
         remote_namespace: str,
         rules: Replication,
+        attempt: int = 1,
     ) -> DispatchResult:
         meta = _meta(obj)
         t: Translation = translate(
@@ -213,6 +221,7 @@ class Replicator:
             remote_namespace=remote_namespace,
             installation=self.installation,
             rules=rules,
+            attempt=attempt,
         )
         name = _meta(t.remote)["name"]
         for claim in t.claims:

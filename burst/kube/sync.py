@@ -22,7 +22,7 @@ from burst.amounts import Money
 from burst.clock import Clock
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, suspend_patch
-from burst.kube.translate import ORIGIN_INSTALLATION, ORIGIN_UID
+from burst.kube.translate import ORIGIN_INSTALLATION
 
 Phase = Literal["missing", "pending", "running", "succeeded", "failed"]
 
@@ -105,9 +105,13 @@ def remote_phase(remote: Mapping[str, Any] | None) -> Phase:
         return "succeeded"
     if conditions.get("Failed") == "True":
         return "failed"
-    if status.get("active") or conditions.get("Running") == "True":
+    if conditions.get("Running") == "True":
         return "running"
-    return "pending"
+    # A Job's active pods may all be Pending (unschedulable): ready ones run. A server older
+    # than status.ready (1.24) only says active, taken for running.
+    if "ready" in status:
+        return "running" if status.get("ready") else "pending"
+    return "running" if status.get("active") else "pending"
 
 
 @dataclass(frozen=True)
@@ -221,8 +225,9 @@ class Syncer:
             remote.delete(local["kind"], remote_namespace, remote_name)
         return update
 
-    def requeue(self, local: Mapping[str, Any], target: str) -> None:
-        """The remote cluster is lost: let the workload run on-prem again."""
+    def requeue(self, local: Mapping[str, Any], why: str) -> None:
+        """The copy is lost (its cluster or pool gone, itself vanished or stuck): let the
+        workload run on-prem again, and say why on it."""
         meta = _meta(local)
         self.local.patch(
             local["kind"], meta["namespace"], meta["name"], suspend_patch(local["kind"], False)
@@ -241,14 +246,14 @@ class Syncer:
             },
         )
         self.events.record(
-            local,
-            "Warning",
-            "BurstRequeued",
-            f"{target} stopped answering; the job is back in the on-prem queue",
+            local, "Warning", "BurstRequeued", f"{why}; the job is back in the on-prem queue"
         )
 
-    def collect_orphans(self, remote: KubeObjects, local_uids: set[str]) -> list[str]:
-        """Delete remote copies made by this installation whose local workload is gone."""
+    def collect_stale(self, remote: KubeObjects, active: set[tuple[str, str]]) -> list[str]:
+        """Delete what this installation made in a remote cluster that no active dispatch backs:
+        copies whose workload is gone, finished or requeued, and the Secrets and ConfigMaps burst
+        copied into namespaces where no active copy is left. `active`: (namespace, name) of the
+        copies of planned and dispatched workloads."""
         selector = f"{ORIGIN_INSTALLATION}={self.installation}"
         gone = []
         jobs = json.loads(
@@ -261,7 +266,19 @@ class Syncer:
         )["items"]
         # Items of a built-in list need not carry their kind: it is known from the list.
         for kind, obj in [*(("Job", j) for j in jobs), *(("PyTorchJob", t) for t in torch)]:
-            if (_meta(obj).get("labels") or {}).get(ORIGIN_UID) not in local_uids:
-                remote.delete(kind, _meta(obj)["namespace"], _meta(obj)["name"])
-                gone.append(f"{_meta(obj)['namespace']}/{_meta(obj)['name']}")
+            where = (_meta(obj)["namespace"], _meta(obj)["name"])
+            if where not in active:
+                remote.delete(kind, *where)
+                gone.append("/".join(where))
+        in_use = {namespace for namespace, _ in active}
+        for kind, items in (
+            ("Secret", remote.core.list_secret_for_all_namespaces),
+            ("ConfigMap", remote.core.list_config_map_for_all_namespaces),
+        ):
+            listed = json.loads(items(label_selector=selector, _preload_content=False).data)
+            for obj in listed["items"]:
+                namespace, name = _meta(obj)["namespace"], _meta(obj)["name"]
+                if namespace not in in_use:
+                    remote.delete(kind, namespace, name)
+                    gone.append(f"{kind} {namespace}/{name}")
         return gone

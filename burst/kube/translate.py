@@ -46,9 +46,11 @@ class Translation:
         return not self.refusals
 
 
-def remote_name(name: str, uid: str) -> str:
-    """Deterministic and unique per local object: the name, shortened, plus part of the uid."""
-    suffix = uid.replace("-", "")[:8]
+def remote_name(name: str, uid: str, attempt: int = 1) -> str:
+    """Deterministic and unique per local object and attempt: the name, shortened, part of the
+    uid, and from the second attempt on its number (a requeued workload's next copy is a new
+    object, never the stale copy pinned to a pool that is gone)."""
+    suffix = uid.replace("-", "")[:8] + (f"-r{attempt}" if attempt > 1 else "")
     stem = re.sub(r"[^a-z0-9-]", "-", name.lower())[: 63 - len(suffix) - 1].strip("-")
     return f"{stem}-{suffix}"
 
@@ -178,6 +180,7 @@ def translate(
     remote_namespace: str,
     installation: str,
     rules: Replication,
+    attempt: int = 1,
 ) -> Translation:
     """The remote copy of `local` for `pool`, and every reason it cannot be sent (pure)."""
     obj = copy.deepcopy(dict(local))
@@ -196,7 +199,7 @@ def translate(
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
         "metadata": {
-            "name": remote_name(name, uid),
+            "name": remote_name(name, uid, attempt),
             "namespace": remote_namespace,
             "labels": labels,
             "annotations": annotations,

@@ -240,7 +240,7 @@ class _Handler(BaseHTTPRequestHandler):
         store = self.server.store
         if name is None:
             if method == "GET" and query.get("watch") in ("true", "1"):
-                self._watch(res, namespace, query)
+                serve_watch(self, res, namespace, query)
             elif method == "GET":
                 self._list(res, namespace, query)
             elif method == "POST":
@@ -362,44 +362,6 @@ class _Handler(BaseHTTPRequestHandler):
         )
         self._send(200, self._list_body(res, items, rv, cont, remaining))
 
-    def _watch(self, res: Resource, namespace: str, query: dict[str, str]) -> None:
-        try:
-            timeout = float(query.get("timeoutSeconds") or 1800)
-        except ValueError:
-            raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from None
-        rv = query.get("resourceVersion")
-        if rv and not rv.isdigit():
-            raise ApiError(400, "BadRequest", f"invalid resourceVersion {rv!r}")
-        bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
-        stream = self.server.store.watch(
-            res,
-            namespace,
-            query.get("resourceVersion"),
-            query.get("labelSelector"),
-            query.get("fieldSelector"),
-            self.server.stopping,
-            timeout,
-            self.server.bookmark_every if bookmarks else None,
-        )
-        self.send_response(HTTPStatus.OK)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        try:
-            for type_, obj in stream:
-                self.server.wait_thawed()
-                line = (
-                    json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode()
-                    + b"\n"
-                )
-                self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-                self.wfile.flush()
-            self.server.wait_thawed()
-            self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        self.close_connection = True
-
     def do_GET(self) -> None:
         self.server.wait_thawed()
         self._dispatch("GET")
@@ -419,3 +381,42 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self.server.wait_thawed()
         self._dispatch("DELETE")
+
+
+def serve_watch(handler: _Handler, res: Resource, namespace: str, query: dict[str, str]) -> None:
+    """A watch as a stream of JSON lines, chunked; bookmarks when asked for."""
+    try:
+        timeout = float(query.get("timeoutSeconds") or 1800)
+    except ValueError:
+        raise ApiError(400, "BadRequest", "timeoutSeconds must be a number") from None
+    rv = query.get("resourceVersion")
+    if rv and not rv.isdigit():
+        raise ApiError(400, "BadRequest", f"invalid resourceVersion {rv!r}")
+    bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
+    stream = handler.server.store.watch(
+        res,
+        namespace,
+        query.get("resourceVersion"),
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+        handler.server.stopping,
+        timeout,
+        handler.server.bookmark_every if bookmarks else None,
+    )
+    handler.send_response(HTTPStatus.OK)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Transfer-Encoding", "chunked")
+    handler.end_headers()
+    try:
+        for type_, obj in stream:
+            handler.server.wait_thawed()
+            line = (
+                json.dumps({"type": type_, "object": obj}, separators=(",", ":")).encode() + b"\n"
+            )
+            handler.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+            handler.wfile.flush()
+        handler.server.wait_thawed()
+        handler.wfile.write(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    handler.close_connection = True

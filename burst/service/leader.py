@@ -83,6 +83,13 @@ class Service:
         scheduler.add_job(
             self._guarded,
             "interval",
+            args=[lambda: reconciler.remote.collect(reconciler.sessions)],
+            seconds=intervals.orphan_gc.total_seconds(),
+            id="remote-gc",
+        )
+        scheduler.add_job(
+            self._guarded,
+            "interval",
             args=[reconciler.refresh_prices],
             seconds=intervals.price_refresh.total_seconds(),
             id="price-refresh",

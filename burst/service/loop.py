@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from burst import decide, failpoints
-from burst.amounts import Money
+from burst import decide
 from burst.clock import Clock
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.cloud.provision import Provisioner, pool_views
@@ -37,6 +36,7 @@ from burst.model import (
 )
 from burst.model import Workload as WorkloadView
 from burst.money import ledger
+from burst.service.remote import Outcomes, RemoteSteps
 from burst.service.teardown import Teardown
 from burst.store.tables import Dispatch as DispatchRow
 from burst.store.tables import Pool, Workload
@@ -49,9 +49,7 @@ CAPACITY_REPLANS = 3  # plans tried in one pass when clouds refuse pools for cap
 @dataclass
 class PassReport:
     plan: Plan
-    dispatched: list[str] = field(default_factory=list)
-    finished: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
+    outcomes: Outcomes = field(default_factory=Outcomes)
 
 
 class Reconciler:
@@ -78,6 +76,14 @@ class Reconciler:
         self.provisioner, self.replicator, self.syncer = provisioner, replicator, syncer
         self.budgets = list(budgets)
         self.unavailable: UnavailableOffers = provisioner.unavailable
+        self.remote = RemoteSteps(
+            config=config,
+            clock=clock,
+            local=local,
+            remotes=remotes,
+            replicator=replicator,
+            syncer=syncer,
+        )
         self.teardown = Teardown(
             config=config,
             clock=clock,
@@ -100,8 +106,8 @@ class Reconciler:
             for pool in self.provisioner.deleting(s):  # a pass died while deleting it
                 self.teardown.delete_pool(s, pool.name, pool.state_reason or "deleting")
             report = PassReport(Plan())
-            self._dispatch_ready(s, report)
-            self._sync(s, report)
+            self.remote.dispatch_ready(s, report.outcomes)
+            self.remote.follow(s, report.outcomes)
             report.plan = self._plan(s)
             refused = self._act(s, report.plan)
             # A pool refused for capacity backs its offer off at once; plan again in this pass,
@@ -109,83 +115,10 @@ class Reconciler:
             for _ in range(CAPACITY_REPLANS):
                 if not refused:
                     break
-                self._dispatch_ready(s, report)  # their dispatches go back to the queue
+                self.remote.dispatch_ready(s, report.outcomes)  # theirs go back to the queue
                 report.plan = self._plan(s)
                 refused = self._act(s, report.plan)
             return report
-
-    def _dispatch_ready(self, s: Session, report: PassReport) -> None:
-        """Replicate every planned dispatch whose pool is ready; requeue those whose pool failed."""
-        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "planned")).all():
-            self._dispatch_one(s, d, report)
-
-    def _dispatch_one(self, s: Session, d: DispatchRow, report: PassReport) -> None:
-        pool = s.get(Pool, d.pool_id)
-        w = s.get(Workload, d.workload_id)
-        assert w is not None and pool is not None
-        if pool.state == "failed":  # the pool never came: back to the queue, the next plan decides
-            d.state, w.state = "cancelled", "pending"
-            w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
-            s.commit()
-            return
-        if pool.state != "ready":
-            return
-        obj = self.local.read(w.kind, w.namespace, w.name)
-        if obj is None:
-            d.state, w.state = "cancelled", "cancelled"
-            s.commit()
-            return
-        policy = self.config.policies[w.policy or ""]
-        target = self.targets[d.target]
-        result = self.replicator.dispatch(
-            obj,
-            self.remotes[d.target],
-            target=d.target,
-            pool=pool.name,
-            remote_namespace=target.remote_namespace.format(namespace=w.namespace),
-            rules=policy.spec.replication,
-        )
-        failpoints.hit("dispatch-not-recorded")
-        d.remote_namespace, d.remote_name, d.updated_at = (
-            result.remote_namespace,
-            result.remote_name,
-            self.clock.now(),
-        )
-        if result.outcome == "dispatched":
-            d.state, w.state = "dispatched", "dispatched"
-            report.dispatched.append(f"{w.namespace}/{w.name}")
-        elif result.outcome == "started-on-prem":
-            d.state, w.state = "cancelled", "cancelled"
-            w.state_reason = "started on-prem before its dispatch"
-        else:
-            d.state, w.state = "cancelled", "cancelled"
-            w.state_reason = "refused: " + "; ".join(result.reasons)
-            report.refused.append(f"{w.namespace}/{w.name}")
-        s.commit()
-
-    def _sync(self, s: Session, report: PassReport) -> None:
-        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "dispatched")).all():
-            w = s.get(Workload, d.workload_id)
-            assert w is not None
-            obj = self.local.read(w.kind, w.namespace, w.name)
-            if obj is None:  # the user deleted it: the remote copy goes too
-                self.remotes[d.target].delete(w.kind, d.remote_namespace, d.remote_name)
-                d.state, w.state = "done", "cancelled"
-                s.commit()
-                continue
-            micros = ledger.workload_cost(s, w.uid).get("USD")
-            update = self.syncer.sync(
-                obj,
-                self.remotes[d.target],
-                d.remote_namespace,
-                d.remote_name,
-                f"{d.target}/{s.get(Pool, d.pool_id).name}",  # type: ignore[union-attr]
-                Money(micros, "USD") if micros else None,
-            )
-            if update.finished is not None:
-                d.state, w.state, d.updated_at = "done", update.finished, self.clock.now()
-                report.finished.append(f"{w.namespace}/{w.name}")
-                s.commit()
 
     def _budget_views(self, s: Session) -> tuple[BudgetView, ...]:
         rates = self.service.usd_exchange_rates

@@ -75,7 +75,11 @@ class Teardown:
                         continue
                     first = self._orphans_seen.setdefault(name, now)
                     if now - first >= grace:
-                        provider.delete_pool(name)
+                        try:
+                            provider.delete_pool(name)
+                        except ProviderError as exc:  # this one waits; the others go on
+                            log.warning("orphan pool %s/%s: %s", target, name, exc.message)
+                            continue
                         self._orphans_seen.pop(name, None)
                         done.append(f"deleted orphan pool {target}/{name}")
                 for row in [
@@ -101,7 +105,7 @@ class Teardown:
                 continue
             obj = self.local.read(w.kind, w.namespace, w.name)
             if obj is not None:
-                self.syncer.requeue(obj, d.target)
+                self.syncer.requeue(obj, f"pool {row.name} was lost")
             d.state, w.state, w.state_reason = "cancelled", "requeued", f"pool {row.name} was lost"
         s.commit()
 

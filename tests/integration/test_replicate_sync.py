@@ -329,7 +329,7 @@ def test_remote_copies_whose_local_workload_is_gone_are_collected(
         }
     )
     syncer = Syncer(local, EventRecorder(kube, SystemClock()), SystemClock(), "site-a")
-    assert syncer.collect_orphans(remote, local_uids=set()) == ["burst-cms-ml/orphan-1234"]
+    assert syncer.collect_stale(remote, active=set()) == ["burst-cms-ml/orphan-1234"]
     assert remote.read("Job", "burst-cms-ml", "other-site") is not None
 
 
@@ -361,7 +361,9 @@ def test_a_lost_remote_cluster_requeues_its_workloads(kube: Any) -> None:
     assert health.lost("sim-aws")
     job = local.read("Job", "cms-ml", "stranded")
     assert job is not None
-    Syncer(local, EventRecorder(kube, SystemClock()), clock, "site-a").requeue(job, "sim-aws")
+    Syncer(local, EventRecorder(kube, SystemClock()), clock, "site-a").requeue(
+        job, "sim-aws stopped answering"
+    )
     back = local.read("Job", "cms-ml", "stranded")
     assert back is not None and back["spec"]["suspend"] is False
     assert "burst.dev/placement" not in back["metadata"].get("annotations", {})

@@ -1,0 +1,234 @@
+"""The reconcile loop's steps that talk to the remote clusters: replicate each planned dispatch
+once its pool is ready, follow each dispatched copy to its outcome, and collect what no active
+dispatch backs. Each workload and each target stands alone: a refusal (403, 422) or an unreachable
+cluster fails that one and is logged, never the pass; a target that has not answered for its grace
+period has its workloads requeued on-prem.
+
+A copy that vanished without an outcome, or that sits Pending past STUCK_PENDING, is requeued too;
+a stuck copy is deleted first (were it to start after the local job resumed, the job would run
+twice). The copies of a requeued workload and the Secrets and ConfigMaps burst copied are removed
+by `collect`, which the service runs on the orphan-GC schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from burst import failpoints
+from burst.amounts import Money
+from burst.clock import Clock
+from burst.config import Config
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import RemoteHealth, Syncer
+from burst.kube.translate import remote_name
+from burst.money import ledger
+from burst.store.tables import Dispatch as DispatchRow
+from burst.store.tables import Pool, Workload
+
+log = logging.getLogger(__name__)
+ACTIVE = ("planned", "dispatched")
+# A copy still Pending this long after it was created is not coming up (its pool is ready when
+# it is sent; scheduling and an image pull take minutes, not half an hour).
+STUCK_PENDING = timedelta(minutes=30)
+# What a cluster answers with when it refuses or cannot be reached.
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+CLUSTER_ERRORS = (ApiException, *UNREACHABLE)
+
+
+@dataclass
+class Outcomes:
+    """What the remote steps did in one pass, by workload (namespace/name)."""
+
+    dispatched: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    requeued: list[str] = field(default_factory=list)
+
+
+class RemoteSteps:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        clock: Clock,
+        local: KubeObjects,
+        remotes: Mapping[str, KubeObjects],
+        replicator: Replicator,
+        syncer: Syncer,
+        health: RemoteHealth | None = None,
+    ) -> None:
+        assert config.service is not None
+        self.config, self.clock, self.local, self.remotes = config, clock, local, remotes
+        self.targets = {t.name: t for t in config.service.spec.targets}
+        self.replicator, self.syncer = replicator, syncer
+        self.health = health or RemoteHealth(clock)
+
+    # -- replicate --
+
+    def dispatch_ready(self, s: Session, out: Outcomes) -> None:
+        """Replicate every planned dispatch whose pool is ready; requeue those whose pool failed."""
+        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "planned")).all():
+            self._isolated(s, d, "dispatch", lambda d=d: self._dispatch_one(s, d, out))
+
+    def _dispatch_one(self, s: Session, d: DispatchRow, out: Outcomes) -> None:
+        pool = s.get(Pool, d.pool_id)
+        w = s.get(Workload, d.workload_id)
+        assert w is not None and pool is not None
+        if pool.state == "failed":  # the pool never came: back to the queue, the next plan decides
+            d.state, w.state = "cancelled", "pending"
+            w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
+            s.commit()
+            return
+        if pool.state != "ready":
+            return
+        obj = self.local.read(w.kind, w.namespace, w.name)
+        if obj is None:
+            d.state, w.state = "cancelled", "cancelled"
+            s.commit()
+            return
+        policy = self.config.policies[w.policy or ""]
+        target = self.targets[d.target]
+        result = self.replicator.dispatch(
+            obj,
+            self.remotes[d.target],
+            target=d.target,
+            pool=pool.name,
+            remote_namespace=target.remote_namespace.format(namespace=w.namespace),
+            rules=policy.spec.replication,
+            attempt=d.attempt,
+        )
+        failpoints.hit("dispatch-not-recorded")
+        d.remote_namespace, d.remote_name, d.updated_at = (
+            result.remote_namespace,
+            result.remote_name,
+            self.clock.now(),
+        )
+        if result.outcome == "dispatched":
+            d.state, w.state = "dispatched", "dispatched"
+            out.dispatched.append(f"{w.namespace}/{w.name}")
+        elif result.outcome == "started-on-prem":
+            d.state, w.state = "cancelled", "cancelled"
+            w.state_reason = "started on-prem before its dispatch"
+        else:
+            d.state, w.state = "cancelled", "cancelled"
+            w.state_reason = "refused: " + "; ".join(result.reasons)
+            out.refused.append(f"{w.namespace}/{w.name}")
+        s.commit()
+
+    # -- follow --
+
+    def follow(self, s: Session, out: Outcomes) -> None:
+        """Mirror each dispatched copy back; finish, requeue or clean up as it tells."""
+        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "dispatched")).all():
+            if self.health.lost(d.target):
+                self._isolated(
+                    s,
+                    d,
+                    "requeue",
+                    lambda d=d: self._requeue(s, d, f"{d.target} stopped answering", out),
+                )
+                continue
+            self._isolated(s, d, "sync", lambda d=d: self._follow_one(s, d, out))
+
+    def _follow_one(self, s: Session, d: DispatchRow, out: Outcomes) -> None:
+        w = s.get(Workload, d.workload_id)
+        assert w is not None
+        remote = self.remotes[d.target]
+        obj = self.local.read(w.kind, w.namespace, w.name)
+        if obj is None:  # the user deleted it: the remote copy goes too
+            remote.delete(w.kind, d.remote_namespace, d.remote_name)
+            d.state, w.state = "done", "cancelled"
+            s.commit()
+            return
+        micros = ledger.workload_cost(s, w.uid).get("USD")
+        pool = s.get(Pool, d.pool_id)
+        assert pool is not None
+        update = self.syncer.sync(
+            obj,
+            remote,
+            d.remote_namespace,
+            d.remote_name,
+            f"{d.target}/{pool.name}",
+            Money(micros, "USD") if micros else None,
+        )
+        phase = update.annotations.get(f"{self.syncer.prefix}remote-phase")
+        if update.finished is not None:
+            d.state, w.state, d.updated_at = "done", update.finished, self.clock.now()
+            out.finished.append(f"{w.namespace}/{w.name}")
+            s.commit()
+        elif phase == "missing":
+            self._requeue(s, d, f"its copy {d.remote_namespace}/{d.remote_name} vanished", out)
+        elif phase == "running" and d.state_reason != "ran":
+            d.state_reason = "ran"  # once it ran, a Pending spell is not a stuck copy
+            s.commit()
+        elif (
+            phase == "pending"
+            and d.state_reason != "ran"
+            and self.clock.now() - d.updated_at > STUCK_PENDING
+        ):
+            # Gone first, then resumed here: a copy that started late would run beside it.
+            remote.delete(w.kind, d.remote_namespace, d.remote_name)
+            self._requeue(s, d, f"its copy sat Pending over {STUCK_PENDING} on {d.target}", out)
+
+    def _requeue(self, s: Session, d: DispatchRow, why: str, out: Outcomes) -> None:
+        w = s.get(Workload, d.workload_id)
+        assert w is not None
+        obj = self.local.read(w.kind, w.namespace, w.name)
+        if obj is not None:
+            self.syncer.requeue(obj, why)
+        d.state, w.state, w.state_reason = "cancelled", "requeued", why
+        out.requeued.append(f"{w.namespace}/{w.name}")
+        log.warning("requeued %s/%s: %s", w.namespace, w.name, why)
+        s.commit()
+
+    def _isolated(self, s: Session, d: DispatchRow, step: str, work: Any) -> None:
+        """One dispatch's step; a cluster's refusal or silence fails it alone."""
+        try:
+            work()
+        except CLUSTER_ERRORS as exc:
+            s.rollback()
+            if isinstance(exc, UNREACHABLE) or getattr(exc, "status", 0) in (0, 502, 503, 504):
+                self.health.failed(d.target)
+            why = getattr(exc, "reason", None) or exc.__class__.__name__
+            log.warning("%s of dispatch %d on %s failed: %s", step, d.id, d.target, why)
+        else:
+            self.health.ok(d.target)
+
+    # -- collect --
+
+    def collect(self, sessions: sessionmaker[Session]) -> list[str]:
+        """Remove from every remote cluster what no active dispatch backs; a target that does not
+        answer is skipped until the next round."""
+        with sessions() as s:
+            active: dict[str, set[tuple[str, str]]] = {t: set() for t in self.remotes}
+            for d in s.scalars(select(DispatchRow).where(DispatchRow.state.in_(ACTIVE))):
+                if d.state == "planned":  # its copy may exist already (a pass died after it)
+                    w = s.get(Workload, d.workload_id)
+                    assert w is not None
+                    mapping = self.targets[d.target].remote_namespace
+                    where = (
+                        mapping.format(namespace=w.namespace),
+                        remote_name(w.name, w.uid, d.attempt),
+                    )
+                else:
+                    where = (d.remote_namespace, d.remote_name)
+                active.setdefault(d.target, set()).add(where)
+        done = []
+        for target, remote in sorted(self.remotes.items()):
+            try:
+                done += [
+                    f"removed {target}/{x}"
+                    for x in self.syncer.collect_stale(remote, active[target])
+                ]
+            except CLUSTER_ERRORS as exc:
+                log.warning("collecting on %s: %s", target, exc.__class__.__name__)
+        return done

@@ -1,0 +1,264 @@
+"""The reconcile loop's remote steps against a strict on-prem sandbox and a remote one: errors stay
+with their workload or target, copies that vanish or get stuck are requeued, a requeued workload
+gets a new copy, and what no active dispatch backs is collected."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from sqlalchemy.orm import Session, sessionmaker
+
+from burst import config
+from burst.clock import FakeClock
+from burst.cloud import catalog
+from burst.kube.events import EventRecorder
+from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.sync import RemoteHealth, Syncer
+from burst.service.remote import STUCK_PENDING, Outcomes, RemoteSteps
+from burst.store import database
+from burst.store.tables import Dispatch, Pool, Workload
+from tests.conftest import ROOT
+from tests.integration.test_replicate_sync import (
+    POOL,
+    remote,
+    remote_cluster,
+    setup_local,
+    template,
+)
+
+__all__ = ["remote", "remote_cluster"]  # fixtures shared with test_replicate_sync
+SHIPPED = catalog.shipped()
+CFG = config.load(
+    [ROOT / "burst" / "data" / "demo" / "config.yaml"],
+    config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()),
+)
+TARGET = "sim-azure"  # its remote namespace is burst-{namespace}
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Iterator[sessionmaker[Session]]:
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    yield database.sessions(engine)
+    engine.dispose()
+
+
+def steps(kube: Any, remotes: dict[str, KubeObjects], clock: FakeClock) -> RemoteSteps:
+    local = KubeObjects(kube)
+    events = EventRecorder(kube, clock)
+    return RemoteSteps(
+        config=CFG,
+        clock=clock,
+        local=local,
+        remotes=remotes,
+        replicator=Replicator(local, events, "burst-demo"),
+        syncer=Syncer(local, events, clock, "burst-demo"),
+        health=RemoteHealth(clock, grace=timedelta(minutes=10)),
+    )
+
+
+def planned(
+    kube: Any, s: Session, name: str, clock: FakeClock, gpus: int = 2, namespace: str = "cms-ml"
+) -> Dispatch:
+    """A burstable Job on-prem and its planned dispatch onto a ready pool."""
+    pods = template()
+    pods["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
+    client.BatchV1Api(kube).create_namespaced_job(
+        namespace,
+        {
+            "metadata": {"name": name, "labels": {"burst.dev/burstable": "true"}},
+            "spec": {"template": pods},
+        },
+    )
+    job = client.BatchV1Api(kube).read_namespaced_job(name, namespace)
+    now = clock.now()
+    pool = s.query(Pool).filter_by(name=POOL).one_or_none() or Pool(
+        name=POOL,
+        token="t",
+        target=TARGET,
+        provider="azure",
+        region="eastus",
+        instance_type="Standard_NC6s_v3",
+        capacity="on-demand",
+        accelerator="V100",
+        gpus_per_node=8,
+        nodes_desired=1,
+        policy="demo-training",
+        state="ready",
+        unit_price_micros=3_000_000,
+        currency="USD",
+        price_source="catalog",
+        epoch=1,
+        created_at=now,
+        updated_at=now,
+    )
+    w = Workload(
+        uid=job.metadata.uid,
+        kind="Job",
+        namespace=namespace,
+        name=name,
+        team=namespace,
+        policy="demo-training",
+        state="planned",
+        gpus_per_pod=2,
+        created_at=now,
+        updated_at=now,
+    )
+    s.add_all([pool, w])
+    s.flush()
+    d = Dispatch(
+        workload_id=w.id,
+        pool_id=pool.id,
+        attempt=1,
+        target=TARGET,
+        remote_namespace="",
+        remote_name=f"planned-{w.uid}-1",
+        state="planned",
+        epoch=1,
+        created_at=now,
+        updated_at=now,
+    )
+    s.add(d)
+    s.commit()
+    return d
+
+
+def test_one_workloads_refusal_does_not_stop_the_others(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """One error (403, 422, an unreachable cluster) aborted the whole pass for every workload.
+    Now it fails that dispatch alone: here the copy's namespace is Terminating on the remote
+    cluster (403), and the other workload goes; an unreachable target fails both, and neither
+    crashes the pass."""
+    setup_local(kube)
+    client.CoreV1Api(kube).create_namespace({"metadata": {"name": "atlas-ml"}})
+    clock = FakeClock()
+    remote.ensure_namespace("burst-cms-ml")
+    remote.core.create_namespaced_config_map(
+        "burst-cms-ml", {"metadata": {"name": "held", "finalizers": ["example.org/keep"]}}
+    )
+    remote.core.delete_namespace("burst-cms-ml")
+    with sessions() as s:
+        planned(kube, s, "first", clock)
+        planned(kube, s, "second", clock, namespace="atlas-ml")
+    unreachable = KubeObjects(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    out = Outcomes()
+    with sessions() as s:
+        steps(kube, {TARGET: unreachable}, clock).dispatch_ready(s, out)
+        assert out.dispatched == []
+        assert {d.state for d in s.query(Dispatch)} == {"planned"}
+    with sessions() as s:
+        steps(kube, {TARGET: remote}, clock).dispatch_ready(s, out)
+        assert out.dispatched == ["atlas-ml/second"]  # first: 403, it waits for the next pass
+        assert {d.state for d in s.query(Dispatch)} == {"planned", "dispatched"}
+
+
+def test_a_vanished_copy_is_requeued_and_a_stuck_one_deleted_then_requeued(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """A copy deleted behind burst's back (or by its own TTL) left the local job suspended and the
+    pool billing for ever; a copy that never leaves Pending did the same."""
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        planned(kube, s, "vanishing", clock)
+        planned(kube, s, "stuck", clock, gpus=16)  # more than the pool's node has: Pending
+    remote_steps = steps(kube, {TARGET: remote}, clock)
+    out = Outcomes()
+    with sessions() as s:
+        remote_steps.dispatch_ready(s, out)
+        names = {d.workload_id: d.remote_name for d in s.query(Dispatch)}
+    vanishing = next(n for n in names.values() if n.startswith("vanishing"))
+    remote.delete("Job", "burst-cms-ml", vanishing)
+    with sessions() as s:
+        remote_steps.follow(s, out)
+    assert out.requeued == ["cms-ml/vanishing"]
+    local = KubeObjects(kube)
+    assert local.read("Job", "cms-ml", "vanishing")["spec"]["suspend"] is False  # type: ignore[index]
+    clock.advance(STUCK_PENDING + timedelta(minutes=1))
+    with sessions() as s:
+        remote_steps.follow(s, out)
+        states = {w.name: w.state for w in s.query(Workload)}
+    assert out.requeued == ["cms-ml/vanishing", "cms-ml/stuck"]
+    assert states == {"vanishing": "requeued", "stuck": "requeued"}
+    stuck = next(n for n in names.values() if n.startswith("stuck"))
+    assert remote.read("Job", "burst-cms-ml", stuck) is None  # gone before the job resumed
+    reasons = [e.message for e in client.CoreV1Api(kube).list_namespaced_event("cms-ml").items]
+    assert any("vanished" in r for r in reasons) and any("sat Pending" in r for r in reasons)
+
+
+def test_a_requeued_workloads_next_attempt_is_a_new_copy_and_stale_ones_are_collected(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """A requeued job's stale copy was found by name and reused, pinned to a pool that no longer
+    existed; copied Secrets stayed for ever. Attempts name their copies; `collect` removes what no
+    active dispatch backs, Secrets included."""
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        first = planned(kube, s, "again", clock)
+    remote_steps = steps(kube, {TARGET: remote}, clock)
+    with sessions() as s:
+        remote_steps.dispatch_ready(s, Outcomes())
+        d = s.get(Dispatch, first.id)
+        assert d is not None and d.state == "dispatched"
+        stale = d.remote_name
+        d.state = "cancelled"  # its pool was lost: requeued
+        s.add(
+            Dispatch(
+                workload_id=d.workload_id,
+                pool_id=d.pool_id,
+                attempt=2,
+                target=TARGET,
+                remote_namespace="",
+                remote_name="planned-again-2",
+                state="planned",
+                epoch=1,
+                created_at=clock.now(),
+                updated_at=clock.now(),
+            )
+        )
+        s.commit()
+        client.BatchV1Api(kube).patch_namespaced_job(
+            "again", "cms-ml", {"spec": {"suspend": False}}
+        )
+    with sessions() as s:
+        out = Outcomes()
+        remote_steps.dispatch_ready(s, out)
+        second = s.query(Dispatch).filter_by(attempt=2).one()
+        assert out.dispatched == ["cms-ml/again"] and second.remote_name == f"{stale}-r2"
+    assert remote.read("Secret", "burst-cms-ml", "wandb-api-key") is not None
+    assert remote_steps.collect(sessions) == [f"removed {TARGET}/burst-cms-ml/{stale}"]
+    with sessions() as s:
+        s.query(Dispatch).filter_by(attempt=2).one().state = "done"
+        s.commit()
+    gone = remote_steps.collect(sessions)
+    assert f"removed {TARGET}/Secret burst-cms-ml/wandb-api-key" in gone
+    assert remote.read("Secret", "burst-cms-ml", "wandb-api-key") is None
+
+
+def test_a_target_silent_past_its_grace_has_its_workloads_requeued(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        planned(kube, s, "far", clock)
+    with sessions() as s:
+        steps(kube, {TARGET: remote}, clock).dispatch_ready(s, Outcomes())
+    silent = steps(
+        kube,
+        {TARGET: KubeObjects(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))},
+        clock,
+    )
+    out = Outcomes()
+    with sessions() as s:
+        silent.follow(s, out)  # first silence: noted
+        clock.advance(timedelta(minutes=11))
+        silent.follow(s, out)  # still silent past the grace: requeued
+    assert out.requeued == ["cms-ml/far"]
