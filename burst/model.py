@@ -298,3 +298,6 @@ def unflat_tag_key(key: str) -> str:
 
 
 GPU_TAINT_KEY = "nvidia.com/gpu"
+
+# Kueue's queue label: a Job carrying it is Kueue's to admit (kueue pkg/controller/constants).
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

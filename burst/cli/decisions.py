@@ -14,6 +14,7 @@ from burst.cli.options import ConfigOption, console_width, fail, load_config, re
 
 if TYPE_CHECKING:
     from burst.config import BurstPolicy, Config
+    from burst.kube.annotations import BurstAnnotations
 
 
 def plan_cmd(
@@ -82,28 +83,25 @@ def plan_cmd(
     console.print(skips)
 
 
-def _estimate(obj: dict[str, Any], cfg: Config, policy: BurstPolicy) -> dict[str, str] | None:
-    """Where and for how much the decision would burst this manifest now, if on-prem were full."""
+def _plan_alone(
+    obj: dict[str, Any], cfg: Config, policy: BurstPolicy, said: BurstAnnotations
+) -> tuple[dict[str, str] | None, str | None]:
+    """What the decision does with this workload alone, now, with on-prem full: (where and for how
+    much it would burst, or None; the plan's reason if it would not). The same checks as the
+    service: the plan's own."""
     from burst import decide
     from burst.clock import SystemClock
     from burst.cloud import catalog
-    from burst.durations import DurationError, format_duration, parse_duration
+    from burst.durations import format_duration
     from burst.kube.shapes import workload_shape
     from burst.model import Dispatch, Snapshot, Workload
 
     shaped = workload_shape(obj)
     if shaped is None or cfg.service is None:
-        return None
+        return None, "it asks for no GPU"
     shape, pods = shaped
     meta = obj.get("metadata") or {}
     now = SystemClock().now()
-    runtime = None
-    text = (meta.get("annotations") or {}).get(f"{cfg.service.spec.label_prefix}expected-runtime")
-    if text:
-        try:
-            runtime = parse_duration(text)
-        except DurationError:
-            runtime = None
     workload = Workload(
         uid="explain",
         kind=obj.get("kind", "Job"),
@@ -117,7 +115,9 @@ def _estimate(obj: dict[str, Any], cfg: Config, policy: BurstPolicy) -> dict[str
         accelerator=shape.accelerator,
         burstable=True,
         labels=meta.get("labels") or {},
-        expected_runtime=runtime,
+        deadline=said.deadline,
+        expected_runtime=said.expected_runtime,
+        max_cost=said.max_cost,
         cpu_per_pod=shape.cpu,
         memory_gib_per_pod=shape.memory_gib,
     )
@@ -125,10 +125,15 @@ def _estimate(obj: dict[str, Any], cfg: Config, policy: BurstPolicy) -> dict[str
     plan = decide.plan(Snapshot(workloads=(workload,)), offers, cfg, now)
     sent = next((a for a in plan.actions if isinstance(a, Dispatch)), None)
     if sent is None:
-        return None
+        skip = next((k.reason for k in plan.skips if k.workload == "explain"), None)
+        return None, skip or "the plan does not send it"
     where = sent.reason.split("; ")[1].split(", est.")[0]
-    used = runtime or policy.spec.defaults.expected_runtime
-    return {"cost": str(sent.estimated_cost), "where": where, "runtime": format_duration(used)}
+    used = said.expected_runtime or policy.spec.defaults.expected_runtime
+    return {
+        "cost": str(sent.estimated_cost),
+        "where": where,
+        "runtime": format_duration(used),
+    }, None
 
 
 def explain(
@@ -139,7 +144,10 @@ def explain(
     """Say whether a workload may burst, under which policy, what its remote copy would be, or why not."""
     import yaml
 
+    from burst.clock import SystemClock
     from burst.config import Replication, selector_matches
+    from burst.kube.annotations import read_annotations
+    from burst.kube.shapes import request_problems
     from burst.kube.translate import translate
 
     try:
@@ -196,12 +204,21 @@ def explain(
         installation=cfg.service.spec.installation_id if cfg and cfg.service else "<installation>",
         rules=rules,
     )
-    reasons += translated.refusals
-    estimate = _estimate(obj, cfg, policy) if not reasons and cfg is not None and policy else None
+    reasons += request_problems(obj) + translated.refusals
+    currency = policy.spec.limits.currency if policy else "USD"
+    said, warnings = read_annotations(
+        meta.get("annotations") or {}, prefix, SystemClock().now(), currency
+    )
+    warnings += [f"the copy leaves out {note}" for note in translated.stripped]
+    estimate = None
+    if not reasons and cfg is not None and policy:
+        estimate, refusal = _plan_alone(obj, cfg, policy, said)
+        reasons += [refusal] if refusal else []
     result = {
         "burstable": not reasons,
         "policy": policy.metadata.name if policy else None,
         "reasons": reasons,
+        "warnings": warnings,
         "estimate": estimate,
         "remote": translated.remote if obj.get("kind") != "Pod" else None,
     }
@@ -209,6 +226,8 @@ def explain(
         typer.echo(json.dumps(result, indent=2))
         return
     name = f"{obj.get('kind')} {namespace}/{meta.get('name', '?')}"
+    for warning in warnings:
+        typer.echo(f"warning: {warning}")
     if not reasons:
         typer.echo(f"{name} may burst under policy {result['policy']}.")
         if estimate is not None:

@@ -14,17 +14,15 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
-from burst.amounts import Money
 from burst.clock import Clock
-from burst.durations import DurationError, parse_duration
+from burst.kube.annotations import parse_time, read_annotations
 from burst.kube.events import EventRecorder
 from burst.kube.quantity import quantity
 from burst.kube.shapes import GPU, PodShape, catalog_gpu, workload_shape
-from burst.kube.watch import Obj, ResourceCache, meta_of, parse_time
-from burst.model import GPU_PRODUCT_LABEL, OnPrem, RunningWorkload, Workload
+from burst.kube.watch import Obj, ResourceCache, meta_of, onprem_caches
+from burst.model import GPU_PRODUCT_LABEL, KUEUE_QUEUE_LABEL, OnPrem, RunningWorkload, Workload
 
 DEFAULT_RUNNING = timedelta(hours=4)
 
@@ -50,52 +48,28 @@ class Observer:
         sleep: Callable[[float], None] = time.sleep,
         watch_timeout: int = 300,
     ) -> None:
-        from kubernetes import client
-
         self.clock, self.events = clock, events
         self.prefix, self.team_label, self.currency_for = label_prefix, team_label, currency_for
-        core, batch, custom = (
-            client.CoreV1Api(api_client),
-            client.BatchV1Api(api_client),
-            client.CustomObjectsApi(api_client),
-        )
         self._lock = threading.RLock()
         self._pods_of: dict[str, set[str]] = defaultdict(set)
         self._owner_of: dict[str, str] = {}
         self._dirty: set[str] = set()
         self._summaries: dict[str, _Summary] = {}
         self._name_index: dict[str, tuple[tuple[Any, ...], dict[str, Obj]]] = {}
-
-        def pytorchjobs(**kw: Any) -> Any:
-            return custom.list_cluster_custom_object("kubeflow.org", "v1", "pytorchjobs", **kw)
-
-        self.caches = [
-            ResourceCache(
-                name,
-                fn,
-                on,
-                kind=kind,
-                api_version=version,
-                sleep=sleep,
-                watch_timeout=watch_timeout,
-            )
-            for name, fn, on, kind, version in (
-                ("jobs", batch.list_job_for_all_namespaces, self._on_workload, "Job", "batch/v1"),
-                ("pytorchjobs", pytorchjobs, self._on_workload, "PyTorchJob", "kubeflow.org/v1"),
-                ("pods", core.list_pod_for_all_namespaces, self._on_pod, "Pod", "v1"),
-                ("nodes", core.list_node, self._on_other, "Node", "v1"),
-                ("namespaces", core.list_namespace, self._on_other, "Namespace", "v1"),
-                (
-                    "resourcequotas",
-                    core.list_resource_quota_for_all_namespaces,
-                    self._on_other,
-                    "ResourceQuota",
-                    "v1",
-                ),
-            )
-        ]
+        self._refused_for_quota: set[str] = set()  # workloads whose pods a quota refused
+        self.caches = onprem_caches(
+            api_client,
+            {
+                "workload": self._on_workload,
+                "pod": self._on_pod,
+                "other": self._on_other,
+                "refusal": self._on_refusal,
+            },
+            sleep=sleep,
+            watch_timeout=watch_timeout,
+        )
         self.jobs, self.pytorchjobs, self.pods, self.nodes, self.namespaces, self.quotas = (
-            self.caches
+            self.caches[:6]
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -147,6 +121,15 @@ class Observer:
                 self._owner_of[uid] = owner
             self._dirty.add(owner)
 
+    def _on_refusal(self, type_: str, event: Obj) -> None:
+        """A controller could not create a workload's pods for a quota (the Job controller's
+        FailedCreate: "pods ... is forbidden: exceeded quota")."""
+        if type_ != "DELETED" and "exceeded quota" in str(event.get("message", "")):
+            uid = str((event.get("involvedObject") or {}).get("uid", ""))
+            with self._lock:
+                self._refused_for_quota.add(uid)
+                self._dirty.add(uid)
+
     def _on_other(self, type_: str, obj: Obj) -> None:
         with self._lock:  # a namespace label or a quota may change any workload's view
             self._dirty.update(self.jobs.items)
@@ -171,22 +154,6 @@ class Observer:
             self._name_index[cache.name] = found
         return found[1]
 
-    def _annotation(self, obj: Obj, key: str, parse: Callable[[str], Any]) -> Any:
-        value = (meta_of(obj).get("annotations") or {}).get(self.prefix + key)
-        if value is None:
-            return None
-        try:
-            return parse(value)
-        except (ValueError, DurationError, ArithmeticError) as exc:
-            if self.events is not None:
-                self.events.record(
-                    obj,
-                    "Warning",
-                    "InvalidBurstAnnotation",
-                    f"{self.prefix}{key}={value!r} is ignored: {exc}",
-                )
-            return None
-
     def _summarise(self, obj: Obj) -> _Summary:
         meta = meta_of(obj)
         uid, namespace = meta["uid"], meta.get("namespace", "")
@@ -199,7 +166,16 @@ class Observer:
             self.pods.items[p] for p in sorted(self._pods_of.get(uid, ())) if p in self.pods.items
         ]
         created = parse_time(meta.get("creationTimestamp")) or self.clock.now()
-        runtime = self._annotation(obj, "expected-runtime", parse_duration)
+        said, problems = read_annotations(
+            meta.get("annotations") or {},
+            self.prefix,
+            created,
+            self.currency_for(namespace, labels),
+        )
+        if self.events is not None:
+            for problem in problems:  # recorded once each: the recorder remembers
+                self.events.record(obj, "Warning", "InvalidBurstAnnotation", problem)
+        runtime = said.expected_runtime
         running = self._running(pods, shape, runtime)
         if finished(obj):
             return _Summary(None, [])
@@ -207,19 +183,25 @@ class Observer:
         burstable = labels.get(self.prefix + "burstable") == "true"
         unschedulable = unschedulable_since(pods, created)
         active = [p for p in pods if (p.get("status") or {}).get("phase") in ("Pending", "Running")]
-        quota_blocked = (
+        # Held back by a quota: Kueue has not admitted it (it keeps a queued job suspended), a
+        # namespace quota leaves no room for its missing pods, or its pods were refused for one.
+        kueue_held = suspended and KUEUE_QUEUE_LABEL in labels
+        quota_blocked = kueue_held or (
             not suspended
             and len(active) < pods_wanted
-            and namespace_quota_blocked(
-                self.quotas.items.values(), namespace, shape.gpus * (pods_wanted - len(active))
+            and (
+                namespace_quota_blocked(
+                    self.quotas.items.values(),
+                    namespace,
+                    asked_of(shape, pods_wanted - len(active)),
+                )
+                or uid in self._refused_for_quota
             )
         )
-        pending = (suspended and burstable) or bool(unschedulable) or quota_blocked
+        pending = (suspended and (burstable or kueue_held)) or bool(unschedulable) or quota_blocked
         if not pending or running:
             return _Summary(None, running)
-        deadline = self._annotation(obj, "deadline", lambda v: _deadline(v, created))
-        currency = self.currency_for(namespace, labels)
-        max_cost = self._annotation(obj, "max-cost", lambda v: _money(v, currency))
+        deadline, max_cost = said.deadline, said.max_cost
         return _Summary(
             Workload(
                 uid=uid,
@@ -295,35 +277,35 @@ class Observer:
         return OnPrem(capacity, running)
 
 
-def _deadline(value: str, created: datetime) -> datetime:
-    try:
-        return created + parse_duration(value)
-    except DurationError:
-        parsed = parse_time(value)
-        if parsed is None:
-            raise ValueError("expected an RFC 3339 time or a duration such as 6h") from None
-        return parsed
+def asked_of(shape: PodShape, pods: int) -> dict[str, float]:
+    """What `pods` more pods of `shape` add to a namespace's quota usage, by quota key (requests
+    default to limits for GPUs; a Kubeflow profile's quota names CPU, memory, pods and GPUs)."""
+    cpu, memory, gpus = shape.cpu * pods, shape.memory_gib * pods * 2**30, float(shape.gpus * pods)
+    return {
+        "cpu": cpu,
+        "requests.cpu": cpu,
+        "memory": memory,
+        "requests.memory": memory,
+        "requests.nvidia.com/gpu": gpus,
+        "limits.nvidia.com/gpu": gpus,
+        "pods": float(pods),
+        "count/pods": float(pods),
+    }
 
 
-def _money(value: str, currency: str) -> Money:
-    text = value.strip()
-    if " " in text:
-        return Money.parse(text)
-    return Money.of(Decimal(text), currency)
-
-
-def namespace_quota_blocked(quotas: Iterable[Obj], namespace: str, gpus: int) -> bool:
-    """Whether `gpus` more GPUs would exceed a GPU ResourceQuota of `namespace`."""
+def namespace_quota_blocked(
+    quotas: Iterable[Obj], namespace: str, asked: Mapping[str, float]
+) -> bool:
+    """Whether what is asked would exceed any ResourceQuota of `namespace`, on any key."""
     for quota in quotas:
         if meta_of(quota).get("namespace") != namespace:
             continue
         status = quota.get("status") or {}
-        for key in ("requests.nvidia.com/gpu", "limits.nvidia.com/gpu"):
-            hard = (status.get("hard") or (quota.get("spec") or {}).get("hard") or {}).get(key)
-            if hard is not None:
-                used = quantity((status.get("used") or {}).get(key, "0"))
-                if used + gpus > quantity(hard):
-                    return True
+        hard = status.get("hard") or (quota.get("spec") or {}).get("hard") or {}
+        used = status.get("used") or {}
+        for key, limit in hard.items():
+            if asked.get(key) and quantity(used.get(key, "0")) + asked[key] > quantity(limit):
+                return True
     return False
 
 

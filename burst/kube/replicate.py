@@ -10,6 +10,7 @@ origin labels; nothing else is. Refusals become a Warning Event on the user's jo
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -18,6 +19,7 @@ from burst import failpoints
 from burst.config import Replication
 from burst.kube.events import EventRecorder
 from burst.kube.translate import ORIGIN_INSTALLATION, ORIGIN_UID, Translation, translate
+from burst.model import KUEUE_QUEUE_LABEL
 
 Outcome = Literal["dispatched", "refused", "started-on-prem"]
 
@@ -67,13 +69,16 @@ class KubeObjects:
                 response = self.core.read_namespaced_persistent_volume_claim(
                     name, namespace, _preload_content=False
                 )
+            elif kind == "ServiceAccount":
+                response = self.core.read_namespaced_service_account(
+                    name, namespace, _preload_content=False
+                )
             else:
                 raise ValueError(f"unsupported kind {kind}")
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        import json
 
         found: dict[str, Any] = json.loads(response.data)
         return found
@@ -157,8 +162,6 @@ class KubeObjects:
                 raise
 
     def pods_of(self, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
-        import json
-
         uid = _meta(obj)["uid"]
         # Only its pods, by the labels their controller gives them, not the whole namespace.
         selector = (
@@ -224,19 +227,33 @@ class Replicator:
             attempt=attempt,
         )
         name = _meta(t.remote)["name"]
-        for claim in t.claims:
-            if remote.read("PersistentVolumeClaim", remote_namespace, claim) is None:
-                t.refusals.append(
-                    f"PersistentVolumeClaim {claim} does not exist in {target}/{remote_namespace}"
-                )
+        # What the copy names must exist there, or its pods are never created.
+        for kind, names in (
+            ("PersistentVolumeClaim", t.claims),
+            ("ServiceAccount", t.service_accounts),
+        ):
+            for item in names:
+                if remote.read(kind, remote_namespace, item) is None:
+                    t.refusals.append(
+                        f"{kind} {item} does not exist in {target}/{remote_namespace}"
+                    )
         if not t.safe:
             self.events.record(
                 obj, "Warning", "BurstRefused", "not sent to a cloud: " + "; ".join(t.refusals)
             )
             return DispatchResult("refused", remote_namespace, name, t.refusals)
+        # A Kueue job is taken out of Kueue's hands first, while Kueue still holds it suspended:
+        # admitted later, Kueue would resume it here beside its copy.
+        queue = (meta.get("labels") or {}).get(KUEUE_QUEUE_LABEL)
+        if queue:
+            held = self._take_from_kueue(obj, queue, remote_namespace, name)
+            if held is not None:
+                return held
         # One copy: suspend here first; a workload that started on-prem stays here.
         we_suspended = not is_suspended(obj)
         if self._started(obj):
+            if queue:
+                self._label(obj, queue)
             return DispatchResult("started-on-prem", remote_namespace, name)
         if we_suspended:
             self._suspend(obj, True)
@@ -265,6 +282,8 @@ class Replicator:
         elif (_meta(existing).get("labels") or {}).get(ORIGIN_UID) != meta["uid"]:
             if we_suspended:
                 self._suspend(obj, False)
+            if queue:
+                self._label(obj, queue)  # Kueue's again
             return self._refuse(
                 obj,
                 remote_namespace,
@@ -273,10 +292,42 @@ class Replicator:
                 "that burst did not create",
             )
         failpoints.hit("remote-created")
+        if t.stripped:
+            self.events.record(
+                obj, "Normal", "BurstAdjusted", "the cloud copy leaves out " + "; ".join(t.stripped)
+            )
         self.events.record(
             obj, "Normal", "Burst", f"sent to {target} (pool {pool}) as {remote_namespace}/{name}"
         )
         return DispatchResult("dispatched", remote_namespace, name)
+
+    def _take_from_kueue(
+        self, obj: Mapping[str, Any], queue: str, remote_namespace: str, name: str
+    ) -> DispatchResult | None:
+        """Remove the queue label while Kueue holds the job suspended, its supported way out
+        (kueue jobframework/validation.go allows it only then; Kueue then leaves the job alone).
+        None when done; else why the job stays with Kueue."""
+        from kubernetes.client.exceptions import ApiException
+
+        if not is_suspended(obj):  # Kueue admitted it: it runs here
+            return DispatchResult("started-on-prem", remote_namespace, name)
+        try:
+            self._label(obj, None)
+        except ApiException as exc:
+            fresh = self.local.read(obj["kind"], _meta(obj)["namespace"], _meta(obj)["name"])
+            if fresh is not None and not is_suspended(fresh):  # admitted meanwhile
+                return DispatchResult("started-on-prem", remote_namespace, name)
+            why = json.loads(exc.body or "{}").get("message") if exc.body else exc.reason
+            return self._refuse(
+                obj, remote_namespace, name, f"Kueue keeps it in queue {queue}: {why}"
+            )
+        return None
+
+    def _label(self, obj: Mapping[str, Any], queue: str | None) -> None:
+        """Put the Kueue queue label back (a refusal), or take it off (None)."""
+        meta = _meta(obj)
+        patch = {"metadata": {"labels": {KUEUE_QUEUE_LABEL: queue}}}
+        self.local.patch(obj["kind"], meta["namespace"], meta["name"], patch)
 
     def _suspend(self, obj: Mapping[str, Any], suspend: bool) -> None:
         meta = _meta(obj)

@@ -70,7 +70,7 @@ def pod_shape(template: Mapping[str, Any]) -> PodShape | None:
         requests = resources.get("requests") or resources.get("limits") or {}
         cpu += quantity(requests.get("cpu"))
         memory += quantity(requests.get("memory")) / 2**30
-    if gpus == 0:
+    if gpus <= 0:
         return None
     if kind is None:
         product = (spec.get("nodeSelector") or {}).get(GPU_PRODUCT_LABEL)
@@ -112,3 +112,33 @@ def workload_shape(obj: Mapping[str, Any]) -> tuple[PodShape, int] | None:
     parallelism = int(spec.get("parallelism", 1) or 1)
     completions = spec.get("completions")
     return shape, min(parallelism, int(completions)) if completions else parallelism
+
+
+def request_problems(obj: Mapping[str, Any]) -> list[str]:
+    """GPU requests no API server would accept (a negative, fractional or unreadable count), by
+    path: `burst explain` reads manifests no server has seen."""
+    problems = []
+    spec = obj.get("spec") or {}
+    templates = (
+        [(f"spec.pytorchReplicaSpecs.{k}.template", (r or {}).get("template") or {})
+         for k, r in sorted((spec.get("pytorchReplicaSpecs") or {}).items())]
+        if obj.get("kind") == "PyTorchJob"
+        else [("spec.template", spec.get("template") or {})]
+    )  # fmt: skip
+    for where, template in templates:
+        for i, c in enumerate((template.get("spec") or {}).get("containers") or []):
+            resources = c.get("resources") or {}
+            for part in ("limits", "requests"):
+                for name, value in (resources.get(part) or {}).items():
+                    if not (name in (GPU, SHARED_GPU) or name.startswith(MIG_PREFIX)):
+                        continue
+                    try:
+                        count = quantity(value)
+                    except ValueError:
+                        count = -1.0
+                    if count < 0 or count != int(count):
+                        problems.append(
+                            f"{where}.spec.containers[{i}].resources.{part}[{name}]: "
+                            f"{value!r} is not a whole number of GPUs"
+                        )
+    return problems

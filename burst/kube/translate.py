@@ -2,10 +2,11 @@
 
 Pure: replicate.py applies the result to the clusters, `burst explain` prints it. The remote copy
 is pinned to its pool (node selector + toleration), carries origin labels (installation id, local
-uid) and a deterministic name, runs in the mapped namespace, and keeps only what the policy
-allows. Refused: privileged containers, hostPath volumes, host namespaces, host ports, added
-capabilities, a service-account token unless allowed, images outside the allowed registries,
-Secrets and ConfigMaps not on the allow-lists. Every reason is collected, not only the first.
+uid) and a deterministic name per attempt, runs in the mapped namespace, and keeps only what is
+known to be safe: the workload's own fields by an allow-list here, each pod template's by
+sanitise.py's. What is refused is named by its path; what is dropped because it cannot matter in
+the cloud (the user's TTL, on-prem node labels, Kueue's labels) is listed for an Event. Every
+reason is collected, not only the first.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from burst.config import Replication
+from burst.kube.sanitise import Allowed, Checked, foreign, sanitise_template
 from burst.model import GPU_TAINT_KEY, NODE_POOL_LABEL
 
 ORIGIN_UID = "burst.dev/origin-uid"
@@ -30,7 +32,24 @@ _SERVER_LABELS = (
     "controller-uid",
     "job-name",
 )
-_GPU_SELECTOR_KEYS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory")
+
+
+# The workload's own fields a copy keeps (after the ones burst sets or drops above).
+JOB_FIELDS = frozenset(
+    {
+        "parallelism", "completions", "backoffLimit", "activeDeadlineSeconds", "completionMode",
+        "podFailurePolicy", "backoffLimitPerIndex", "maxFailedIndexes", "successPolicy",
+        "podReplacementPolicy", "template", "suspend",
+    }
+)  # fmt: skip
+PYTORCHJOB_FIELDS = frozenset({"pytorchReplicaSpecs", "runPolicy", "elasticPolicy", "nprocPerNode"})
+RUN_POLICY_FIELDS = frozenset({"cleanPodPolicy", "activeDeadlineSeconds", "backoffLimit"})
+REPLICA_FIELDS = frozenset({"replicas", "template", "restartPolicy"})
+
+
+def _allow(path: str, fields: dict[str, Any], allowed: frozenset[str], t: Translation) -> None:
+    for key in sorted(set(fields) - allowed):
+        t.refusals.append(f"{path}.{key}: not a field burst sends to a shared cluster")
 
 
 @dataclass
@@ -39,7 +58,9 @@ class Translation:
     secrets: list[str] = field(default_factory=list)
     config_maps: list[str] = field(default_factory=list)
     claims: list[str] = field(default_factory=list)
+    service_accounts: list[str] = field(default_factory=list)
     refusals: list[str] = field(default_factory=list)
+    stripped: list[str] = field(default_factory=list)  # safe to drop, said in an Event
 
     @property
     def safe(self) -> bool:
@@ -74,97 +95,11 @@ def registry_allowed(image: str, registries: list[str]) -> bool:
     return any(ref == r or ref.startswith(r.rstrip("/") + "/") for r in registries)
 
 
-def _check_pod(where: str, pod: dict[str, Any], rules: Replication, t: Translation) -> None:
-    spec = pod.setdefault("spec", {})
-    for host in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(host):
-            t.refusals.append(f"{where}: {host} is not allowed on a burst cluster")
-    if spec.get("automountServiceAccountToken") and not rules.allow_service_account_token:
-        t.refusals.append(
-            f"{where}: a service-account token is mounted; the policy does not allow it"
-        )
-    if not rules.allow_service_account_token:
-        spec["automountServiceAccountToken"] = False
-        spec.pop("serviceAccountName", None)
-        spec.pop("serviceAccount", None)
-    for volume in spec.get("volumes") or []:
-        name = volume.get("name", "?")
-        if "hostPath" in volume:
-            t.refusals.append(f"{where}: volume {name} uses hostPath")
-        if "secret" in volume:
-            _secret(where, volume["secret"].get("secretName", ""), rules, t)
-        if "configMap" in volume:
-            _config_map(where, volume["configMap"].get("name", ""), rules, t)
-        if "persistentVolumeClaim" in volume:
-            t.claims.append(volume["persistentVolumeClaim"].get("claimName", ""))
-        for source in (volume.get("projected") or {}).get("sources") or []:
-            if "secret" in source:
-                _secret(where, source["secret"].get("name", ""), rules, t)
-            if "configMap" in source:
-                _config_map(where, source["configMap"].get("name", ""), rules, t)
-            if "serviceAccountToken" in source and not rules.allow_service_account_token:
-                t.refusals.append(f"{where}: volume {name} projects a service-account token")
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    for c in containers:
-        cname = f"{where} container {c.get('name', '?')}"
-        context = c.get("securityContext") or {}
-        if context.get("privileged"):
-            t.refusals.append(f"{cname}: privileged containers are not allowed")
-        if context.get("allowPrivilegeEscalation"):
-            t.refusals.append(f"{cname}: allowPrivilegeEscalation is not allowed")
-        added = (context.get("capabilities") or {}).get("add") or []
-        if added:
-            t.refusals.append(f"{cname}: added capabilities {', '.join(added)} are not allowed")
-        if any(p.get("hostPort") for p in c.get("ports") or []):
-            t.refusals.append(f"{cname}: hostPort is not allowed")
-        image = c.get("image", "")
-        if not registry_allowed(image, rules.image_registries):
-            t.refusals.append(
-                f"{cname}: image {image} is not from an allowed registry "
-                f"({', '.join(rules.image_registries)})"
-            )
-        for env in c.get("env") or []:
-            ref = env.get("valueFrom") or {}
-            if "secretKeyRef" in ref:
-                _secret(cname, ref["secretKeyRef"].get("name", ""), rules, t)
-            if "configMapKeyRef" in ref:
-                _config_map(cname, ref["configMapKeyRef"].get("name", ""), rules, t)
-        for source in c.get("envFrom") or []:
-            if "secretRef" in source:
-                _secret(cname, source["secretRef"].get("name", ""), rules, t)
-            if "configMapRef" in source:
-                _config_map(cname, source["configMapRef"].get("name", ""), rules, t)
-
-
-def _secret(where: str, name: str, rules: Replication, t: Translation) -> None:
-    if name in rules.secrets:
-        if name not in t.secrets:
-            t.secrets.append(name)
-    else:
-        t.refusals.append(f"{where}: Secret {name} is not on the policy's allow-list")
-
-
-def _config_map(where: str, name: str, rules: Replication, t: Translation) -> None:
-    if name in rules.config_maps:
-        if name not in t.config_maps:
-            t.config_maps.append(name)
-    else:
-        t.refusals.append(f"{where}: ConfigMap {name} is not on the policy's allow-list")
-
-
 def _pin(pod: dict[str, Any], pool: str) -> None:
-    """Run on the pool's nodes only: select them, tolerate their GPU taint, and drop on-prem GPU
-    product constraints (the pool may carry a substitute GPU)."""
+    """Run on the pool's nodes only: select them and tolerate their GPU taint; the template's
+    labels lose what the local API server set."""
     spec = pod.setdefault("spec", {})
-    selector = {
-        k: v for k, v in (spec.get("nodeSelector") or {}).items() if k not in _GPU_SELECTOR_KEYS
-    }
-    spec["nodeSelector"] = {**selector, NODE_POOL_LABEL: pool}
-    affinity = (spec.get("affinity") or {}).get("nodeAffinity")
-    if affinity:
-        spec["affinity"].pop("nodeAffinity")
-        if not spec["affinity"]:
-            spec.pop("affinity")
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), NODE_POOL_LABEL: pool}
     tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != GPU_TAINT_KEY]
     tolerations.append({"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
     spec["tolerations"] = tolerations
@@ -187,12 +122,16 @@ def translate(
     meta = obj.get("metadata") or {}
     uid = str(meta.get("uid", ""))
     name = str(meta.get("name", ""))
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in _SERVER_LABELS}
+    labels = {
+        k: v
+        for k, v in (meta.get("labels") or {}).items()
+        if k not in _SERVER_LABELS and not foreign(k)
+    }
     labels.update({ORIGIN_UID: uid, ORIGIN_INSTALLATION: installation})
     annotations = {
         k: v
         for k, v in (meta.get("annotations") or {}).items()
-        if k != "kubectl.kubernetes.io/last-applied-configuration"
+        if k != "kubectl.kubernetes.io/last-applied-configuration" and not foreign(k)
     }
     annotations[ORIGIN_ANNOTATION] = f"{meta.get('namespace', '')}/{name}"
     remote: dict[str, Any] = {
@@ -212,22 +151,37 @@ def translate(
     # finishing stays on the user's job (the TTL controller could delete the copy before sync saw
     # it finish, and the local job would wait for ever).
     if obj.get("kind") == "Job":
-        spec.pop("selector", None)
-        spec.pop("manualSelector", None)
-        spec.pop("managedBy", None)
-        spec.pop("ttlSecondsAfterFinished", None)
+        for key in ("selector", "manualSelector", "managedBy", "ttlSecondsAfterFinished"):
+            spec.pop(key, None)
         spec["suspend"] = False
+        _allow("spec", spec, JOB_FIELDS, t)
     elif obj.get("kind") == "PyTorchJob":
         run_policy = spec.get("runPolicy") or {}
         for key in ("suspend", "managedBy", "ttlSecondsAfterFinished"):
             run_policy.pop(key, None)
-        spec.pop("managedBy", None)
+        if run_policy.pop("schedulingPolicy", None) is not None:
+            t.stripped.append("spec.runPolicy.schedulingPolicy: on-prem gang scheduling")
+        _allow("spec", spec, PYTORCHJOB_FIELDS, t)
+        _allow("spec.runPolicy", run_policy, RUN_POLICY_FIELDS, t)
+        for rtype, rspec in sorted((spec.get("pytorchReplicaSpecs") or {}).items()):
+            _allow(f"spec.pytorchReplicaSpecs.{rtype}", rspec or {}, REPLICA_FIELDS, t)
     else:
         t.refusals.append(
             f"a {obj.get('kind')} cannot burst: only Jobs and PyTorchJobs do (wrap it in a Job)"
         )
         return t
+    allowed = Allowed(
+        secrets=frozenset(rules.secrets),
+        config_maps=frozenset(rules.config_maps),
+        registry_ok=lambda image: registry_allowed(image, rules.image_registries),
+        registries=", ".join(rules.image_registries),
+        service_account_token=rules.allow_service_account_token,
+    )
+    checked = Checked()
     for where, template in pod_templates(remote):
-        _check_pod(where, template, rules, t)
+        sanitise_template(where, template, allowed, checked)
         _pin(template, pool)
+    t.secrets, t.config_maps, t.claims = checked.secrets, checked.config_maps, checked.claims
+    t.service_accounts, t.stripped = checked.service_accounts, checked.stripped
+    t.refusals += checked.refusals
     return t

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -34,12 +34,6 @@ class Expired(Exception):
 def meta_of(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta: dict[str, Any] = obj.get("metadata") or {}
     return meta
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
 PAGE = 500  # items per list page (client-go's reflector asks for as many)
@@ -173,3 +167,53 @@ class ResourceCache:
                 )
                 self._sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
+
+
+def onprem_caches(
+    api_client: Any,
+    on: Mapping[str, Callable[[str, Obj], None]],
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    watch_timeout: int = 300,
+) -> list[ResourceCache]:
+    """What burst watches on-prem, in this order: Jobs, PyTorchJobs, Pods, Nodes, Namespaces,
+    ResourceQuotas, and the FailedCreate Events of controllers; `on` names the handler of each
+    group (workload, pod, other, refusal)."""
+    from kubernetes import client
+
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+
+    def pytorchjobs(**kw: Any) -> Any:
+        return custom.list_cluster_custom_object("kubeflow.org", "v1", "pytorchjobs", **kw)
+
+    def failed_creates(**kw: Any) -> Any:
+        return core.list_event_for_all_namespaces(field_selector="reason=FailedCreate", **kw)
+
+    made = (
+        ("jobs", batch.list_job_for_all_namespaces, "workload", "Job", "batch/v1"),
+        ("pytorchjobs", pytorchjobs, "workload", "PyTorchJob", "kubeflow.org/v1"),
+        ("pods", core.list_pod_for_all_namespaces, "pod", "Pod", "v1"),
+        ("nodes", core.list_node, "other", "Node", "v1"),
+        ("namespaces", core.list_namespace, "other", "Namespace", "v1"),
+        (
+            "resourcequotas",
+            core.list_resource_quota_for_all_namespaces,
+            "other",
+            "ResourceQuota",
+            "v1",
+        ),
+        ("failedcreate-events", failed_creates, "refusal", "Event", "v1"),
+    )
+    return [
+        ResourceCache(
+            name,
+            fn,
+            on[group],
+            kind=kind,
+            api_version=version,
+            sleep=sleep,
+            watch_timeout=watch_timeout,
+        )
+        for name, fn, group, kind, version in made
+    ]

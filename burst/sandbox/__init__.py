@@ -17,6 +17,7 @@ from burst.clock import Clock, SystemClock
 from burst.kube.nodes import gpu_node_manifest
 from burst.sandbox.controllers import ControlPlane
 from burst.sandbox.crds import LATEST
+from burst.sandbox.kueue import Kueue
 from burst.sandbox.server import ApiServer
 from burst.sandbox.store import Store
 
@@ -59,9 +60,12 @@ class Sandbox:
         default_duration: float = 30.0,
         controllers: bool = True,
         training_operator: str = LATEST,
+        kueue_quotas: dict[str, int] | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
         self.store = Store(self.clock, history=history, training_operator=training_operator)
+        if kueue_quotas is not None:  # Kueue installed, with these ClusterQueues (GPUs each)
+            self.store.kueue = Kueue(kueue_quotas)
         self.server = ApiServer(self.store, port=port, token=token, bookmark_every=bookmark_every)
         self.control = (
             ControlPlane(self.store, self.clock, tick=tick, default_duration=default_duration)

@@ -63,6 +63,17 @@ class ControlPlane(WorkloadControllers):
                 self._namespace(name)
         self._collect_garbage(deleted_uids)
         self._collect_expired()
+        if self.store.kueue is not None and any(kind == "Job" for kind, _, _ in dirty):
+            for job, suspend in self.store.kueue.decide(self.store.objects(BY_KIND["Job"])):
+                meta = _meta(job)
+                self.store.patch(
+                    BY_KIND["Job"],
+                    meta["namespace"],
+                    meta["name"],
+                    "application/merge-patch+json",
+                    {"spec": {"suspend": suspend}},
+                    manager="kueue-controller-manager",
+                )
         # Pods that did not fit wait until room may have appeared (a node came, a pod ended).
         if reschedule:
             candidates = self.store.objects(PODS)

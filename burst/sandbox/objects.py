@@ -17,6 +17,7 @@ from typing import Any
 from burst.clock import Clock
 from burst.sandbox.crds import LATEST, run_policy_fields
 from burst.sandbox.errors import ApiError, not_found
+from burst.sandbox.kueue import Kueue
 from burst.sandbox.resources import RESOURCES, Resource
 from burst.sandbox.selectors import field_matcher, label_matcher
 
@@ -60,6 +61,7 @@ class ObjectState:
         self.history = history
         run_policy_fields(training_operator)  # an unknown version is refused here
         self.training_operator = training_operator
+        self.kueue: Kueue | None = None  # installed by Sandbox(kueue_quotas=...)
         self._cond = threading.Condition(threading.RLock())
         # Seeded, for reproducible generated names and uids; not for anything secret.
         self._rng = random.Random(seed)  # noqa: S311

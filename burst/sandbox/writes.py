@@ -82,6 +82,8 @@ class Writes(ObjectState):
             meta["creationTimestamp"] = timestamp(self.clock.now())
             meta["generation"] = 1
             meta.pop("deletionTimestamp", None)
+            if res.kind == "Job" and self.kueue is not None:
+                self.kueue.on_create(obj)
             defaults(res, obj)
             if res.kind == "PyTorchJob":
                 prune_pytorchjob(obj, self.training_operator)
@@ -199,6 +201,8 @@ class Writes(ObjectState):
                     new.pop("status", None)
             if res.kind == "PyTorchJob":
                 prune_pytorchjob(new, self.training_operator)
+            if res.kind == "Job" and self.kueue is not None:
+                self.kueue.check_update(current, new)
             if new.get("spec") != current.get("spec"):
                 meta["generation"] = int(old_meta.get("generation", 1)) + 1
         new["kind"], new["apiVersion"] = res.kind, res.api_version

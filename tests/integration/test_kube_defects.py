@@ -201,3 +201,143 @@ def test_a_relist_pages_and_starts_again_when_its_snapshot_expires() -> None:
         assert all(limit == 500 for limit in pages) and len(pages) == 2 + 3  # expired, again
         assert all("managedFields" not in o["metadata"] for o in cache.items.values())
         api.close()
+
+
+def test_a_deadline_before_creation_and_a_negative_cap_are_warned_not_used(kube: Any) -> None:
+    """Such values were used, or ignored without a word: each is now a Warning Event."""
+    core = client.CoreV1Api(kube)
+    client.BatchV1Api(kube).create_namespaced_job(
+        "default",
+        gpu_job(
+            "odd",
+            suspend=True,
+            annotations={
+                "burst.dev/deadline": "2001-01-01T00:00:00Z",
+                "burst.dev/max-cost": "-3",
+                "burst.dev/expected-runtime": "0s",
+            },
+        ),
+    )
+    obs = observer(kube)
+    try:
+        workload = wait_for(lambda: obs.workloads())[0]
+        assert (workload.deadline, workload.max_cost, workload.expected_runtime) == (
+            None,
+            None,
+            None,
+        )
+        messages = wait_for(
+            lambda: (
+                sorted(
+                    e.message
+                    for e in core.list_namespaced_event("default").items
+                    if e.reason == "InvalidBurstAnnotation"
+                )
+                if len(core.list_namespaced_event("default").items) >= 3
+                else None
+            )
+        )
+        assert "it is before the job was created" in messages[0]
+        assert "a runtime is longer than nothing" in messages[1]
+        assert "a cost cap cannot be negative" in messages[2]
+    finally:
+        obs.stop()
+
+
+def test_every_quota_of_the_namespace_blocks_not_only_gpu_ones(kube: Any) -> None:
+    """Only GPU quotas were read: a Kubeflow profile's CPU quota, and any quota the job's
+    FailedCreate events name (here ephemeral storage, which burst does not model), held jobs back
+    unseen."""
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_namespace({"metadata": {"name": "kubeflow-user-bob"}})
+    for name, hard in (
+        ("cpu", {"requests.cpu": "2"}),
+        ("disk", {"requests.ephemeral-storage": "1Gi"}),
+    ):
+        core.create_namespaced_resource_quota(
+            "kubeflow-user-bob", {"metadata": {"name": name}, "spec": {"hard": hard}}
+        )
+    batch.create_namespaced_job("kubeflow-user-bob", gpu_job("cpu-hungry", gpus=1))  # 4 CPUs
+    disk = gpu_job("disk-hungry", gpus=1)
+    container = disk["spec"]["template"]["spec"]["containers"][0]
+    container["resources"]["requests"] = {"cpu": "1", "ephemeral-storage": "10Gi"}
+    batch.create_namespaced_job("kubeflow-user-bob", disk)
+    obs = observer(kube)
+    try:
+        found = wait_for(
+            lambda: {w.name: w for w in obs.workloads()} if len(obs.workloads()) == 2 else None
+        )
+        assert found["cpu-hungry"].quota_blocked and found["disk-hungry"].quota_blocked
+    finally:
+        obs.stop()
+
+
+def test_a_kueue_queued_job_counts_as_pending_on_prem(kube: Any) -> None:
+    """A job Kueue holds suspended (queue-name label, not admitted) waits on-prem for quota,
+    burstable or not: it is in the queue the estimate simulates, and quota-blocked."""
+    job = gpu_job("queued", gpus=2, burstable=False, suspend=True)
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "cms"
+    client.BatchV1Api(kube).create_namespaced_job("default", job)
+    obs = observer(kube)
+    try:
+        (workload,) = wait_for(lambda: obs.workloads())
+        assert workload.name == "queued" and workload.quota_blocked and not workload.burstable
+    finally:
+        obs.stop()
+
+
+def test_a_kueue_job_is_taken_from_kueue_before_its_copy_and_never_runs_twice(
+    remote: KubeObjects,
+) -> None:
+    """A job Kueue held suspended was burst, then unsuspended by Kueue when admitted: it ran twice,
+    and its copy kept the Kueue label and stayed suspended in the cloud. Now burst takes it out of
+    Kueue's hands (the label goes while Kueue holds it) before the copy exists, strips Kueue's
+    labels from the copy, and lets Kueue keep a job it has admitted."""
+    with Sandbox(tick=0.02, kueue_quotas={"cms": 0}) as onprem:  # no room: Kueue holds them
+        api = client.ApiClient(client.Configuration(host=onprem.url))
+        local = setup_local(api)
+        batch = client.BatchV1Api(api)
+        for name in ("held", "admitted"):
+            batch.create_namespaced_job(
+                "cms-ml",
+                {
+                    "metadata": {
+                        "name": name,
+                        "labels": {
+                            "burst.dev/burstable": "true",
+                            "kueue.x-k8s.io/queue-name": "cms",
+                        },
+                    },
+                    "spec": {"template": template()},
+                },
+            )
+        events = EventRecorder(api, SystemClock())
+        replicator = Replicator(local, events, "site-a")
+        held = local.read("Job", "cms-ml", "held")
+        assert held is not None and held["spec"]["suspend"] is True  # Kueue's webhook
+        result = replicator.dispatch(
+            held, remote, target="sim-aws", pool=POOL, remote_namespace="burst-cms-ml", rules=RULES
+        )
+        assert result.outcome == "dispatched", result.reasons
+        copy = remote.read("Job", "burst-cms-ml", result.remote_name)
+        assert copy is not None and copy["spec"]["suspend"] is False
+        assert not [k for k in copy["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")]
+        onprem.store.kueue.quotas["cms"] = 8  # type: ignore[union-attr]  # room at last
+        batch.patch_namespaced_job("admitted", "cms-ml", {"metadata": {"labels": {"x": "y"}}})
+        wait_for(lambda: local.read("Job", "cms-ml", "admitted")["spec"]["suspend"] is False)  # type: ignore[index]
+        time.sleep(0.3)
+        mine = local.read("Job", "cms-ml", "held")
+        assert mine is not None and mine["spec"]["suspend"] is True  # Kueue let it be
+        assert "kueue.x-k8s.io/queue-name" not in mine["metadata"]["labels"]
+        admitted = local.read("Job", "cms-ml", "admitted")
+        assert admitted is not None
+        second = replicator.dispatch(
+            admitted,
+            remote,
+            target="sim-aws",
+            pool=POOL,
+            remote_namespace="burst-cms-ml",
+            rules=RULES,
+        )
+        assert second.outcome == "started-on-prem"  # Kueue admitted it: it runs here, once
+        api.close()

@@ -333,3 +333,39 @@ def test_a_continue_token_expires_with_the_history_it_points_into() -> None:
         assert body["code"] == 410 and body["reason"] == "Expired"
         assert body["message"].startswith("The provided continue parameter is too old")
         api.close()
+
+
+def test_the_minimal_kueue_suspends_admits_by_quota_and_stops_what_runs_unadmitted() -> None:
+    """kueue jobframework: a queued Job is created suspended (webhook), admitted in order while
+    its ClusterQueue's GPU quota has room (unsuspended), re-suspended if resumed unadmitted; its
+    queue label is fixed while it runs."""
+    with Sandbox(tick=0.02, default_duration=30, kueue_quotas={"cms": 4}) as cluster:
+        api = client.ApiClient(client.Configuration(host=cluster.url))
+        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB", 8))
+
+        def queued(name: str) -> dict[str, Any]:
+            body = job(name, template=pod_spec(gpus=4, seconds="1h"))
+            body["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "cms"}
+            return body
+
+        batch.create_namespaced_job("default", queued("first"))
+        batch.create_namespaced_job("default", queued("second"))
+        wait_for(lambda: batch.read_namespaced_job("first", "default").spec.suspend is False)
+        time.sleep(0.2)
+        assert batch.read_namespaced_job("second", "default").spec.suspend is True  # no room
+        batch.patch_namespaced_job("second", "default", {"spec": {"suspend": False}})
+        wait_for(lambda: batch.read_namespaced_job("second", "default").spec.suspend is True)
+        body = refused(
+            lambda: batch.patch_namespaced_job(
+                "first", "default", {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": None}}}
+            )
+        )
+        assert body["code"] == 403 and "field is immutable" in body["message"]
+        batch.patch_namespaced_job(  # while suspended, the label may go: Kueue lets it be
+            "second", "default", {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": None}}}
+        )
+        batch.patch_namespaced_job("second", "default", {"spec": {"suspend": False}})
+        time.sleep(0.3)
+        assert batch.read_namespaced_job("second", "default").spec.suspend is False
+        api.close()

@@ -63,6 +63,10 @@ def run(obj: dict[str, Any]) -> Any:
 def test_a_clean_job_is_pinned_labelled_and_renamed() -> None:
     t = run(job(nodeSelector={"nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB", "zone": "b"}))
     assert t.safe, t.refusals
+    # On-prem node labels mean nothing on the pool's nodes: dropped, and said so.
+    assert t.stripped == [
+        "template.spec.nodeSelector: on-prem node labels (nvidia.com/gpu.product, zone)"
+    ]
     remote = t.remote
     assert (
         remote["metadata"]["name"]
@@ -78,7 +82,7 @@ def test_a_clean_job_is_pinned_labelled_and_renamed() -> None:
     assert "uid" not in remote["metadata"] and "resourceVersion" not in remote["metadata"]
     assert remote["spec"]["suspend"] is False and "selector" not in remote["spec"]
     pod = remote["spec"]["template"]
-    assert pod["spec"]["nodeSelector"] == {"zone": "b", "burst.dev/pool": "aws-euc1-p3-od-1"}
+    assert pod["spec"]["nodeSelector"] == {"burst.dev/pool": "aws-euc1-p3-od-1"}
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["spec"][
         "tolerations"
     ]
@@ -115,12 +119,12 @@ HOSTILE = [
     (
         "privileged",
         job(containers=_container(securityContext={"privileged": True})),
-        "container train: privileged containers are not allowed",
+        "(container train): privileged containers are not allowed",
     ),
     (
         "hostPath",
         job(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
-        "volume root uses hostPath",
+        "template.spec.volumes[0] (root): hostPath volumes are not allowed",
     ),
     ("hostNetwork", job(hostNetwork=True), "hostNetwork is not allowed"),
     ("hostPID", job(hostPID=True), "hostPID is not allowed"),
@@ -217,3 +221,130 @@ def test_a_bare_pod_is_refused() -> None:
 )
 def test_registry_matching(image: str, allowed: bool) -> None:
     assert registry_allowed(image, RULES.image_registries) is allowed
+
+
+SECRET_REF = {"name": "cloud-admin-key"}
+ALLOW_LIST = [
+    ("nodeName", job(nodeName="onprem-gpu-07"), "template.spec.nodeName: it names an on-prem node"),
+    (
+        "imagePullSecrets",
+        job(imagePullSecrets=[SECRET_REF]),
+        "template.spec.imagePullSecrets[0]: Secret cloud-admin-key is not on the policy's allow-list",
+    ),
+    (
+        "csi-secret",
+        job(
+            volumes=[
+                {
+                    "name": "s3",
+                    "csi": {"driver": "s3.csi.aws.com", "nodePublishSecretRef": SECRET_REF},
+                }
+            ]
+        ),
+        "template.spec.volumes[0] (s3).csi.nodePublishSecretRef: Secret cloud-admin-key is not on",
+    ),
+    (
+        "gitRepo",
+        job(volumes=[{"name": "src", "gitRepo": {"repository": "https://example.org/x.git"}}]),
+        "template.spec.volumes[0] (src): gitRepo volumes are not allowed (CVE-2024-10220)",
+    ),
+    (
+        "nfs",
+        job(volumes=[{"name": "data", "nfs": {"server": "nfs.cern.ch", "path": "/eos"}}]),
+        "template.spec.volumes[0] (data): nfs volumes are not allowed",
+    ),
+    (
+        "system-priority",
+        job(priorityClassName="system-node-critical"),
+        "template.spec.priorityClassName: system-node-critical is for cluster components",
+    ),
+    (
+        "schedulerName",
+        job(schedulerName="volcano"),
+        "template.spec.schedulerName: volcano does not run there",
+    ),
+    (
+        "runtimeClassName",
+        job(runtimeClassName="nvidia-privileged"),
+        "template.spec.runtimeClassName: runtime classes are the on-prem cluster's",
+    ),
+    (
+        "unsafe-sysctl",
+        job(securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "65536"}]}),
+        "template.spec.securityContext.sysctls[0]: sysctl kernel.msgmax is not safe",
+    ),
+    (
+        "seccomp-unconfined",
+        job(securityContext={"seccompProfile": {"type": "Unconfined"}}),
+        "template.spec.securityContext.seccompProfile: Unconfined is not allowed",
+    ),
+    (
+        "ephemeralContainers",
+        job(
+            ephemeralContainers=[
+                {"name": "debug", "image": "busybox", "securityContext": {"privileged": True}}
+            ]
+        ),
+        "template.spec.ephemeralContainers: debug containers are not sent",
+    ),
+    (
+        "unknown-pod-field",
+        job(hostPIDNamespaceTypo=True),
+        "template.spec.hostPIDNamespaceTypo: not a field burst sends to a shared cluster",
+    ),
+    (
+        "unknown-container-field",
+        job(containers=_container(volumeDevices=[{"name": "raw", "devicePath": "/dev/sda"}])),
+        "(container train).volumeDevices: not a field burst sends to a shared cluster",
+    ),
+    (
+        "probe-host",
+        job(containers=_container(livenessProbe={"httpGet": {"host": "10.0.0.1", "port": 80}})),
+        "(container train).livenessProbe.httpGet.host: probing another host is not allowed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "manifest", "reason"), ALLOW_LIST, ids=[a[0] for a in ALLOW_LIST])
+def test_the_allow_list_refuses_what_it_does_not_know_naming_the_path(
+    case: str, manifest: dict[str, Any], reason: str
+) -> None:
+    t = run(manifest)
+    assert not t.safe
+    assert any(reason in r for r in t.refusals), t.refusals
+
+
+def test_what_is_safe_to_drop_is_dropped_and_said() -> None:
+    t = run(
+        job(
+            tolerations=[{"operator": "Exists"}, {"key": "site", "operator": "Exists"}],
+            priorityClassName="cms-high",
+            topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone"}],
+        )
+    )
+    assert t.safe, t.refusals
+    pod = t.remote["spec"]["template"]["spec"]
+    assert {"operator": "Exists"} not in pod["tolerations"]  # a catch-all would tolerate anything
+    assert {"key": "site", "operator": "Exists"} in pod["tolerations"]
+    assert "priorityClassName" not in pod and "topologySpreadConstraints" not in pod
+    assert len(t.stripped) == 3
+
+
+def test_kueue_and_the_users_ttl_stay_on_prem() -> None:
+    manifest = job()
+    manifest["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "cms-queue"
+    manifest["spec"]["template"]["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "main"
+    manifest["spec"]["ttlSecondsAfterFinished"] = 0
+    t = run(manifest)
+    assert t.safe, t.refusals
+    labels = {
+        **t.remote["metadata"]["labels"],
+        **t.remote["spec"]["template"]["metadata"]["labels"],
+    }
+    assert not [k for k in labels if k.startswith("kueue.x-k8s.io/")]
+    assert "ttlSecondsAfterFinished" not in t.remote["spec"]
+
+
+def test_an_allow_listed_pull_secret_is_copied() -> None:
+    t = run(job(imagePullSecrets=[{"name": "wandb-api-key"}]))
+    assert t.safe and t.secrets == ["wandb-api-key"]
