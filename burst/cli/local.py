@@ -89,7 +89,10 @@ def demo_cmd(
 def sandbox_up(
     nodes: Annotated[int, typer.Option(help="Simulated GPU nodes.")] = 4,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs on each node.")] = 4,
-    gpu: Annotated[str, typer.Option(help="GPU product label of the nodes.")] = "Tesla-V100",
+    gpu: Annotated[
+        str,
+        typer.Option(help="GPU product label of the nodes, as GPU feature discovery writes it."),
+    ] = "Tesla-V100-SXM2-16GB",
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1 (0: any free port).")] = 0,
     kubeconfig: Annotated[Path, typer.Option(help="Where to write the kubeconfig.")] = Path(
         "sandbox.kubeconfig"

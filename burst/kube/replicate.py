@@ -118,6 +118,13 @@ class KubeObjects:
                 else self.custom.patch_namespaced_custom_object
             )
             method("kubeflow.org", "v1", namespace, "pytorchjobs", name, dict(patch))
+        elif kind in ("Secret", "ConfigMap"):
+            method = (
+                self.core.patch_namespaced_secret
+                if kind == "Secret"
+                else self.core.patch_namespaced_config_map
+            )
+            method(name, namespace, dict(patch), _preload_content=False)
         else:
             raise ValueError(f"unsupported kind {kind}")
 
@@ -365,4 +372,15 @@ class Replicator:
         existing = remote.read(kind, remote_namespace, name)
         if existing is None:
             remote.create(copy)
-        # An existing object of that name is left as it is: ours (already copied) or not ours.
+        elif (_meta(existing).get("labels") or {}).get(ORIGIN_INSTALLATION) == self.installation:
+            # Ours from an earlier dispatch: brought up to date (a rotated key must reach the
+            # cloud too). Someone else's of that name is left as it is.
+            content = {
+                k: copy.get(k) for k in ("data", "binaryData") if existing.get(k) != copy.get(k)
+            }
+            if content or "stringData" in copy:
+                remote.patch(kind, remote_namespace, name, {**content, **_string_data(copy)})
+
+
+def _string_data(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return {"stringData": obj["stringData"]} if "stringData" in obj else {}

@@ -15,6 +15,7 @@ import yaml
 
 from burst.clock import Clock, SystemClock
 from burst.kube.nodes import gpu_node_manifest
+from burst.model import GPU_PRODUCTS
 from burst.sandbox.controllers import ControlPlane
 from burst.sandbox.crds import LATEST
 from burst.sandbox.kueue import Kueue
@@ -24,7 +25,7 @@ from burst.sandbox.store import Store
 
 def gpu_node(
     name: str,
-    product: str = "Tesla-V100",
+    product: str = GPU_PRODUCTS["V100"],
     gpus: int = 4,
     cpu: int = 32,
     memory_gib: int = 256,

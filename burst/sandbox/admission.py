@@ -3,6 +3,7 @@ before an object is stored (only what clients here rely on)."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable
 from typing import Any
 
@@ -117,3 +118,13 @@ def forbidden(plural: str, group: str, name: str, why: str) -> ApiError:
     qualified = f"{plural}.{group}" if group else plural
     subject = f'{qualified} "{name}"' if name else qualified
     return ApiError(403, "Forbidden", f"{subject} is forbidden: {why}")
+
+
+def fold_string_data(secret: Obj) -> None:
+    """A Secret's stringData is merged into data, base64-encoded, on every write, and never read
+    back (core/v1 Secret: "stringData ... is never output when reading from the API")."""
+    plain = secret.pop("stringData", None)
+    if plain:
+        data = dict(secret.get("data") or {})
+        data.update({k: base64.b64encode(str(v).encode()).decode() for k, v in plain.items()})
+        secret["data"] = data

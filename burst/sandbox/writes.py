@@ -13,6 +13,7 @@ from typing import Any
 from burst.sandbox.admission import (
     admit_quota,
     defaults,
+    fold_string_data,
     forbidden,
     missing_reference,
     pod_references,
@@ -84,6 +85,8 @@ class Writes(ObjectState):
             meta.pop("deletionTimestamp", None)
             if res.kind == "Job" and self.kueue is not None:
                 self.kueue.on_create(obj)
+            if res.kind == "Secret":
+                fold_string_data(obj)
             defaults(res, obj)
             if res.kind == "PyTorchJob":
                 prune_pytorchjob(obj, self.training_operator)
@@ -201,6 +204,8 @@ class Writes(ObjectState):
                     new.pop("status", None)
             if res.kind == "PyTorchJob":
                 prune_pytorchjob(new, self.training_operator)
+            if res.kind == "Secret":
+                fold_string_data(new)
             if res.kind == "Job" and self.kueue is not None:
                 self.kueue.check_update(current, new)
             if new.get("spec") != current.get("spec"):

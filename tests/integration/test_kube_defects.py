@@ -341,3 +341,25 @@ def test_a_kueue_job_is_taken_from_kueue_before_its_copy_and_never_runs_twice(
         )
         assert second.outcome == "started-on-prem"  # Kueue admitted it: it runs here, once
         api.close()
+
+
+def test_a_copied_secret_is_brought_up_to_date_on_the_next_dispatch(
+    kube: Any, remote: KubeObjects
+) -> None:
+    """Copied Secrets were never refreshed: a rotated key stayed old in the cloud."""
+    local, first = burst_job(kube, "one")
+    dispatch(kube, local, first, remote)
+    assert remote.read("Secret", "burst-cms-ml", "wandb-api-key")["data"]["key"] == "ay0x"  # type: ignore[index]
+    client.CoreV1Api(kube).patch_namespaced_secret(
+        "wandb-api-key", "cms-ml", {"stringData": {"key": "rotated"}}
+    )
+    second = {
+        "metadata": {"name": "two", "labels": {"burst.dev/burstable": "true"}},
+        "spec": {"template": template()},
+    }
+    client.BatchV1Api(kube).create_namespaced_job("cms-ml", second)
+    job = local.read("Job", "cms-ml", "two")
+    assert job is not None
+    dispatch(kube, local, job, remote)
+    copied = remote.read("Secret", "burst-cms-ml", "wandb-api-key")
+    assert copied is not None and copied["data"]["key"] == "cm90YXRlZA=="

@@ -12,7 +12,7 @@ from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
 from burst.sandbox import Sandbox, gpu_node
-from tests.conftest import wait_for
+from tests.conftest import ROOT, wait_for
 from tests.integration.test_sandbox_cluster import pod_spec
 from tests.integration.test_watch import gpu_job
 
@@ -369,3 +369,43 @@ def test_the_minimal_kueue_suspends_admits_by_quota_and_stops_what_runs_unadmitt
         time.sleep(0.3)
         assert batch.read_namespaced_job("second", "default").spec.suspend is False
         api.close()
+
+
+def test_secret_string_data_is_folded_into_data() -> None:
+    """core/v1 Secret: stringData is merged into data on write and never read back."""
+    with Sandbox(controllers=False) as cluster:
+        api = client.ApiClient(client.Configuration(host=cluster.url))
+        core = client.CoreV1Api(api)
+        core.create_namespaced_secret(
+            "default", {"metadata": {"name": "s"}, "stringData": {"k": "v"}}
+        )
+        read = core.read_namespaced_secret("s", "default")
+        assert read.data == {"k": "dg=="} and not read.string_data
+        api.close()
+
+
+def test_sandbox_nodes_carry_gpu_feature_discovery_labels_and_the_example_job_runs(
+    kube: Any,
+) -> None:
+    """GPU feature discovery labels a V100 SXM2 node nvidia.com/gpu.product=Tesla-V100-SXM2-16GB
+    (NVIDIA/gpu-feature-discovery internal/lm/resource.go: the NVML name, spaces to dashes); the
+    sandbox labelled its nodes Tesla-V100, so the shipped example job never scheduled on them."""
+    import yaml
+
+    core = client.CoreV1Api(kube)
+    core.create_node(gpu_node("default-v100"))
+    example = yaml.safe_load((ROOT / "docs" / "examples" / "higgs-train.yaml").read_text())
+    core.create_namespace({"metadata": {"name": example["metadata"]["namespace"]}})
+    core.create_namespaced_secret(
+        "cms-ml", {"metadata": {"name": "wandb-api-key"}, "stringData": {"key": "k"}}
+    )
+    limits = example["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    limits["nvidia.com/gpu"] = str(limits["nvidia.com/gpu"])  # kubectl sends quantities as text
+    client.BatchV1Api(kube).create_namespaced_job("cms-ml", example)
+    wait_for(
+        lambda: [
+            p
+            for p in core.list_namespaced_pod("cms-ml").items
+            if p.spec.node_name == "default-v100"
+        ]
+    )
