@@ -80,3 +80,72 @@ def test_rbac_is_least_privilege(rendered: dict[str, dict[str, Any]]) -> None:
     secrets = next(r for r in rules if "secrets" in r["resources"])
     assert secrets["verbs"] == ["get"]  # read the allowed ones by name; never list every Secret
     assert rendered["Role"]["rules"][0]["resources"] == ["leases"]
+
+
+def test_the_database_is_one_postgresql_with_its_password_from_a_file(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    """Two replicas each wrote their own SQLite file (on a read-only root filesystem)."""
+    service = yaml.safe_load(rendered["ConfigMap"]["data"]["burst.yaml"])
+    database = service["spec"]["database"]
+    assert database["url"].startswith("postgresql") and "@" in database["url"]
+    assert ":" not in database["url"].split("//")[1].split("@")[0]  # no password in the URL
+    pod = rendered["Deployment"]["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    folder = database["passwordFile"].rsplit("/", 1)[0]
+    assert volumes[mounts[folder]]["secret"]["secretName"] == "burst-db"
+
+
+def test_secret_access_is_narrowed_to_the_names_the_policies_allow(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    policies = [d for d in yaml.safe_load_all(rendered["ConfigMap"]["data"]["policies.yaml"]) if d]
+    allowed = {"secrets": set(), "configmaps": set()}
+    for p in policies:
+        if p["kind"] == "BurstPolicy":
+            replication = p["spec"].get("replication") or {}
+            allowed["secrets"] |= set(replication.get("secrets") or [])
+            allowed["configmaps"] |= set(replication.get("configMaps") or [])
+    rules = rendered["ClusterRole"]["rules"]
+    for resource, names in allowed.items():
+        rule = next(r for r in rules if r["resources"] == [resource])
+        assert rule["verbs"] == ["get"] and set(rule["resourceNames"]) == names
+
+
+# Every call burst makes in a remote cluster (kube/replicate.py KubeObjects, kube/sync.py
+# collect_stale, the pool readiness check): (API group, resource, verb).
+REMOTE_CALLS = {
+    ("", "namespaces", "create"),
+    *(("batch", "jobs", v) for v in ("get", "list", "create", "delete")),
+    *(("kubeflow.org", "pytorchjobs", v) for v in ("get", "list", "create", "delete")),
+    *(
+        ("", r, v)
+        for r in ("secrets", "configmaps")
+        for v in ("get", "list", "create", "patch", "delete")
+    ),
+    ("", "persistentvolumeclaims", "get"),
+    ("", "serviceaccounts", "get"),
+    ("", "nodes", "get"),
+    ("", "nodes", "list"),
+}
+
+
+def test_the_remote_rbac_covers_every_call_and_no_more() -> None:
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT / "config" / "remote")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    docs = {d["kind"]: d for d in yaml.safe_load_all(out) if d}
+    client.V1ClusterRole.model_validate(docs["ClusterRole"])
+    granted = {
+        (group, resource, verb)
+        for rule in docs["ClusterRole"]["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == REMOTE_CALLS
