@@ -20,6 +20,7 @@ from burst.cloud.catalog import UnavailableOffers
 from burst.cloud.provider import Provider
 from burst.cloud.provision import Provisioner
 from burst.config import Config, KubernetesAccess
+from burst.kube.connect import cloud_client
 from burst.kube.events import EventRecorder
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects, Replicator
@@ -49,6 +50,14 @@ def kube_client(access: KubernetesAccess) -> Any:
             client_configuration=configuration,
         )
     return TimedApiClient(configuration)
+
+
+def _cluster_access(provider: Provider, target: str) -> Any:
+    """The provider's way into its cluster (the config allows fromCloud on cloud targets only)."""
+    access = getattr(provider, "cluster_access", None)
+    if access is None:
+        raise ValueError(f"target {target}: its provider cannot open its cluster (fromCloud)")
+    return access()
 
 
 def reconciler_for(
@@ -106,8 +115,13 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
     database.check(engine)
     sessions = database.sessions(engine)
     onprem = kube_client(spec.on_prem)
-    remote_apis = {t.name: kube_client(t.kubernetes) for t in spec.targets}
+    remote_apis = {
+        t.name: kube_client(t.kubernetes) for t in spec.targets if not t.kubernetes.from_cloud
+    }
     built = providers.build(cfg.service, offers, clock, kube_for=lambda t: remote_apis[t.name])
+    for t in spec.targets:  # clusters reached with the cloud's own tokens: through the provider
+        if t.kubernetes.from_cloud:
+            remote_apis[t.name] = cloud_client(_cluster_access(built[t.name], t.name), clock.now)
     observer = Observer(
         onprem,
         clock,

@@ -6,7 +6,7 @@ into Pools. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
@@ -301,3 +301,13 @@ GPU_TAINT_KEY = "nvidia.com/gpu"
 
 # Kueue's queue label: a Job carrying it is Kueue's to admit (kueue pkg/controller/constants).
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """How to reach a cloud cluster's Kubernetes API with the cloud's own credentials: its
+    endpoint, the CA that signs it, and a fresh bearer token with when it expires."""
+
+    host: str
+    ca_pem: bytes | None
+    token: Callable[[], tuple[str, datetime]]

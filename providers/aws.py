@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from burst.clock import Clock, SystemClock
@@ -27,7 +28,7 @@ from burst.cloud.provider import (
     TokenBucket,
     with_retries,
 )
-from burst.model import TAG_OWNER, TAG_POOL, Offer
+from burst.model import TAG_OWNER, TAG_POOL, ClusterAccess, Offer
 
 _EFFECTS = {
     "NoSchedule": "NO_SCHEDULE",
@@ -162,6 +163,8 @@ class AwsProvider:
         self._sleep = sleep
         self._profile, self._endpoint_url, self._read_timeout = profile, endpoint_url, read_timeout
         self._client = client  # made on first use: a missing profile is an error of that call
+        # STS's regional endpoint, where EKS validates the tokens (None: boto3's own).
+        self._sts_endpoint = f"https://sts.{region}.amazonaws.com" if endpoint_url is None else None
 
     @property
     def _eks(self) -> Any:
@@ -211,6 +214,39 @@ class AwsProvider:
                 raise ProviderUnavailable(f"EKS {operation}: {exc.__class__.__name__}") from None
 
         return with_retries(once, sleep=self._sleep)
+
+    def cluster_access(self) -> ClusterAccess:
+        """The EKS cluster's endpoint and CA, and tokens as aws-iam-authenticator makes them: a
+        presigned STS GetCallerIdentity URL that names the cluster in its signed x-k8s-aws-id
+        header, valid 15 minutes (no exec plugin, no aws CLI in the image)."""
+        import base64
+
+        cluster = self._call("describe_cluster", name=self.cluster)["cluster"]
+        ca = (cluster.get("certificateAuthority") or {}).get("data")
+        return ClusterAccess(
+            host=cluster["endpoint"],
+            ca_pem=base64.b64decode(ca) if ca else None,
+            token=self.cluster_token,
+        )
+
+    def cluster_token(self) -> tuple[str, datetime]:
+        import base64
+
+        import boto3
+
+        session = boto3.session.Session(profile_name=self._profile, region_name=self.region)
+        sts = session.client("sts", region_name=self.region, endpoint_url=self._sts_endpoint)
+
+        def name_the_cluster(request: Any, **_: Any) -> None:
+            request.headers["x-k8s-aws-id"] = self.cluster
+
+        sts.meta.events.register("before-sign.sts.GetCallerIdentity", name_the_cluster)
+        url = sts.generate_presigned_url(
+            "get_caller_identity", Params={}, ExpiresIn=60, HttpMethod="GET"
+        )
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+        # Valid 15 minutes from signing; taken for 14, so that no request carries a stale one.
+        return token, datetime.now(UTC) + timedelta(minutes=14)
 
     def offers(self) -> list[Offer]:
         """The region's offers at the last live prices fetched, else the static catalog's."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from burst.cloud.provider import (
@@ -30,7 +31,14 @@ from burst.cloud.provider import (
     TokenBucket,
     with_retries,
 )
-from burst.model import FLAT_TAG_OWNER, FLAT_TAG_POOL, Offer, flat_tag_key, unflat_tag_key
+from burst.model import (
+    FLAT_TAG_OWNER,
+    FLAT_TAG_POOL,
+    ClusterAccess,
+    Offer,
+    flat_tag_key,
+    unflat_tag_key,
+)
 
 _PHASES: Mapping[str, PoolPhase] = {
     "Creating": "creating",
@@ -42,6 +50,8 @@ _PHASES: Mapping[str, PoolPhase] = {
     "Canceled": "failed",
     "Upgrading": "ready",
 }
+# The AKS server application (AKS-managed Entra ID): tokens for it open the cluster's API.
+AKS_SERVER_SCOPE = "6dae42f8-4368-4678-94ff-3960e28e3630/.default"
 _CAPACITY_CODES = {
     "SkuNotAvailable",
     "AllocationFailed",
@@ -141,6 +151,7 @@ class AzureProvider:
         offers: Callable[[], list[Offer]],
         managed_identity_client_id: str | None = None,
         client: Any = None,
+        credential: Any = None,
         throttle: TokenBucket | None = None,
         sleep: Callable[[float], None] = time.sleep,
         polling_interval: float = 10.0,
@@ -153,21 +164,57 @@ class AzureProvider:
         self._identity = managed_identity_client_id
         self._subscription = subscription_id
         self._client = client  # made on first use
+        self._identity_credential = credential
 
     @property
-    def _aks(self) -> Any:
-        if self._client is None:
+    def _credential(self) -> Any:
+        if self._identity_credential is None:
             from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
-            from azure.mgmt.containerservice import ContainerServiceClient
 
-            credential: Any = (
+            self._identity_credential = (
                 ManagedIdentityCredential(client_id=self._identity)
                 if self._identity
                 else DefaultAzureCredential()
             )
+        return self._identity_credential
+
+    @property
+    def _service(self) -> Any:
+        if self._client is None:
+            from azure.mgmt.containerservice import ContainerServiceClient
+
             # retry_total=0: burst retries itself, honouring Retry-After, without blocking the SDK.
-            self._client = ContainerServiceClient(credential, self._subscription, retry_total=0)
-        return self._client.agent_pools
+            self._client = ContainerServiceClient(
+                self._credential, self._subscription, retry_total=0
+            )
+        return self._client
+
+    @property
+    def _aks(self) -> Any:
+        return self._service.agent_pools
+
+    def cluster_access(self) -> ClusterAccess:
+        """The AKS cluster's endpoint and CA (from its user kubeconfig), and Entra ID tokens for
+        the AKS server application, as kubelogin gets them (no exec plugin in the image)."""
+        import base64
+
+        import yaml
+
+        result = self._service.managed_clusters.list_cluster_user_credentials(
+            self._group, self._cluster
+        )
+        config = yaml.safe_load(result.kubeconfigs[0].value)
+        cluster = config["clusters"][0]["cluster"]
+        ca = cluster.get("certificate-authority-data")
+        return ClusterAccess(
+            host=cluster["server"],
+            ca_pem=base64.b64decode(ca) if ca else None,
+            token=self.cluster_token,
+        )
+
+    def cluster_token(self) -> tuple[str, datetime]:
+        token = self._credential.get_token(AKS_SERVER_SCOPE)
+        return token.token, datetime.fromtimestamp(token.expires_on, UTC) - timedelta(minutes=1)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         from azure.core.exceptions import (

@@ -13,6 +13,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from burst.cloud.provider import (
@@ -32,6 +33,7 @@ from burst.cloud.provider import (
 from burst.model import (
     FLAT_TAG_OWNER,
     FLAT_TAG_POOL,
+    ClusterAccess,
     Offer,
     flat_tag_key,
     is_flat_burst_key,
@@ -192,6 +194,7 @@ class GcpProvider:
         self._sleep, self._poll_interval, self._create_wait = sleep, poll_interval, create_wait
         self._credentials_file = credentials_file
         self._client = client  # made on first use: finding credentials may need the network
+        self._token_credentials: Any = None
 
     @property
     def _gke(self) -> Any:
@@ -207,6 +210,48 @@ class GcpProvider:
                 )
             self._client = container_v1.ClusterManagerClient(credentials=credentials)
         return self._client
+
+    def _credentials(self) -> Any:
+        """The target's key file, else Application Default Credentials (cloud-platform scope)."""
+        scopes = ["https://www.googleapis.com/auth/cloud-platform"]
+        if self._credentials_file:
+            from google.oauth2 import service_account
+
+            return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+                self._credentials_file, scopes=scopes
+            )
+        import google.auth
+
+        credentials, _ = google.auth.default(scopes=scopes)
+        return credentials
+
+    def cluster_access(self) -> ClusterAccess:
+        """The GKE cluster's endpoint and CA, and OAuth access tokens of the same credentials the
+        container API uses (what gke-gcloud-auth-plugin hands kubectl)."""
+        import base64
+
+        cluster = self._call("get_cluster", name=self._parent)
+        ca = cluster.master_auth.cluster_ca_certificate
+        return ClusterAccess(
+            host=f"https://{cluster.endpoint}",
+            ca_pem=base64.b64decode(ca) if ca else None,
+            token=self.cluster_token,
+        )
+
+    def cluster_token(self) -> tuple[str, datetime]:
+        from google.auth import exceptions as auth_exceptions
+        from google.auth.transport.requests import Request
+
+        try:
+            credentials = self._token_credentials or self._credentials()
+            self._token_credentials = credentials
+            credentials.refresh(Request())
+        except (auth_exceptions.DefaultCredentialsError, auth_exceptions.RefreshError) as exc:
+            raise InvalidRequest(f"Google credentials: {exc.__class__.__name__}") from None
+        expiry = credentials.expiry or datetime.now(UTC).replace(tzinfo=None) + timedelta(
+            minutes=30
+        )
+        return credentials.token, expiry.replace(tzinfo=UTC) - timedelta(minutes=1)
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         from google.api_core import exceptions as gexc

@@ -117,16 +117,19 @@ class DatabaseSpec(Strict):
 
 
 class KubernetesAccess(Strict):
-    """How burst reaches a cluster's API: a kubeconfig (and context), or in-cluster credentials."""
+    """How burst reaches a cluster's API: a kubeconfig (and context), in-cluster credentials, or
+    (a cloud target's cluster) `fromCloud`: the endpoint, CA and tokens from the target's cloud
+    SDK and credentials, with no exec plugin or cloud CLI in the image."""
 
     kubeconfig: str | None = None
     context: str | None = None
     in_cluster: bool = False
+    from_cloud: bool = False
 
     @model_validator(mode="after")
     def _one_way(self) -> Self:
-        if self.in_cluster and self.kubeconfig:
-            raise ValueError("set either inCluster or kubeconfig, not both")
+        if sum((self.in_cluster, bool(self.kubeconfig), self.from_cloud)) > 1:
+            raise ValueError("set one of inCluster, kubeconfig and fromCloud")
         return self
 
 
@@ -191,6 +194,8 @@ class TargetSpec(Strict):
         extra = [k for k, v in blocks.items() if v is not None and k != self.provider]
         if extra:
             raise ValueError(f"provider is {self.provider}: remove the {', '.join(extra)} block")
+        if self.kubernetes.from_cloud and self.provider == "sim":
+            raise ValueError("kubernetes.fromCloud needs a cloud provider (aws, gcp or azure)")
         return self
 
     @property

@@ -8,6 +8,7 @@ Used by `burst sandbox up`, by `burst demo` and by the tests; nothing else in bu
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ class Sandbox:
         *,
         port: int = 0,
         token: str | None = None,
+        authenticate: Callable[[str], bool] | None = None,
         clock: Clock | None = None,
         # A watch cache window as small as a busy real one (410 Gone is routine) and bookmarks
         # about once a minute (apiserver pkg/storage/cacher: defaultBookmarkFrequency).
@@ -67,7 +69,13 @@ class Sandbox:
         self.store = Store(self.clock, history=history, training_operator=training_operator)
         if kueue_quotas is not None:  # Kueue installed, with these ClusterQueues (GPUs each)
             self.store.kueue = Kueue(kueue_quotas)
-        self.server = ApiServer(self.store, port=port, token=token, bookmark_every=bookmark_every)
+        self.server = ApiServer(
+            self.store,
+            port=port,
+            token=token,
+            authenticate=authenticate,
+            bookmark_every=bookmark_every,
+        )
         self.control = (
             ControlPlane(self.store, self.clock, tick=tick, default_duration=default_duration)
             if controllers

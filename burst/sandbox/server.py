@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -33,11 +34,15 @@ class ApiServer(ThreadingHTTPServer):
         host: str = "127.0.0.1",
         port: int = 0,
         token: str | None = None,
+        authenticate: Callable[[str], bool] | None = None,
         bookmark_every: float = 1.0,
     ) -> None:
         super().__init__((host, port), _Handler)
         self.store = store
         self.token = token
+        self.authenticate = (
+            authenticate  # a token webhook: what the cluster's authenticator accepts
+        )
         self.bookmark_every = bookmark_every
         self.stopping = threading.Event()
         # Frozen: connections are accepted and nothing is answered, as from an API server that
@@ -180,11 +185,12 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "BadRequest", "the request body is not valid JSON") from None
 
     def _authorized(self) -> bool:
-        token = self.server.token
-        if token is None:
+        token, check = self.server.token, self.server.authenticate
+        if token is None and check is None:
             return True
         header = self.headers.get("Authorization") or ""
-        return header == f"Bearer {token}"
+        given = header.removeprefix("Bearer ") if header.startswith("Bearer ") else None
+        return given is not None and (given == token or (check is not None and check(given)))
 
     def _dispatch(self, method: str) -> None:
         try:

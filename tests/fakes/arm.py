@@ -9,6 +9,7 @@ script failures for the next matching call or make an operation fail (Allocation
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import re
@@ -25,6 +26,12 @@ import trustme
 _POOL = (
     r"/subscriptions/(?P<s>[^/]+)/resourceGroups/(?P<g>[^/]+)/providers/"
     r"Microsoft\.ContainerService/managedClusters/(?P<c>[^/]+)/agentPools(?:/(?P<n>[^/]+))?"
+)
+
+
+_CREDENTIAL = (
+    r"/subscriptions/(?P<s>[^/]+)/resourceGroups/(?P<g>[^/]+)/providers/"
+    r"Microsoft\.ContainerService/managedClusters/(?P<c>[^/]+)/listClusterUserCredential"
 )
 
 
@@ -52,6 +59,7 @@ class ArmFake(ThreadingHTTPServer):
         cert.configure_cert(context)
         self.socket = context.wrap_socket(self.socket, server_side=True)
         self.polls_to_done = polls_to_done
+        self.ca_base64 = base64.b64encode(ca.cert_pem.bytes()).decode()
         self.pools: dict[str, dict[str, Any]] = {}
         self.operations: dict[str, list[Any]] = {}  # id -> [polls left, resource path, kind, error]
         self.failures: list[Failure] = []
@@ -156,6 +164,16 @@ class _Handler(BaseHTTPRequestHandler):
                 pool["properties"]["provisioningState"] = "Succeeded"
             self._send(200, {"status": "Succeeded"})
             return
+        if (m := re.fullmatch(_CREDENTIAL, path)) and self.command == "POST":
+            # listClusterUserCredential: kubeconfigs, base64 in JSON (CredentialResults).
+            config = (
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+                f"    server: https://{m['c']}-dns.hcp.eastus.azmk8s.io:443\n"
+                f"    certificate-authority-data: {self.server.ca_base64}\n"
+            )
+            encoded = base64.b64encode(config.encode()).decode()
+            self._send(200, {"kubeconfigs": [{"name": "clusterUser", "value": encoded}]})
+            return
         m = re.fullmatch(_POOL, path)
         if m is None or "api-version=" not in query:
             self._error(404, "InvalidResourceType", f"no route for {path}")
@@ -205,4 +223,4 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._error(405, "MethodNotAllowed", self.command)
 
-    do_GET = do_PUT = do_DELETE = _handle
+    do_GET = do_PUT = do_DELETE = do_POST = _handle

@@ -9,6 +9,7 @@ operation that ends with an error (as ZONE_RESOURCE_POOL_EXHAUSTED does).
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import re
@@ -55,6 +56,7 @@ class GkeFake(ThreadingHTTPServer):
     def __init__(self, polls_to_done: int = 2) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.polls_to_done = polls_to_done
+        self.ca_base64 = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nGKE\n").decode()
         self.pools: dict[str, dict[str, Any]] = {}  # full name -> NodePool JSON
         self.operations: dict[str, dict[str, Any]] = {}
         self.pending: dict[str, tuple[int, str, str, tuple[int, str] | None]] = {}
@@ -185,6 +187,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(404, f"Operation {name} not found.")
                 return
             self._send(200, server.poll(name))
+            return
+        if (m := re.fullmatch(_CLUSTER, path)) and self.command == "GET":
+            # The cluster: its endpoint and CA, as container.v1 Cluster carries them.
+            self._send(
+                200,
+                {
+                    "name": m["c"],
+                    "endpoint": "203.0.113.10",
+                    "masterAuth": {"clusterCaCertificate": server.ca_base64},
+                    "status": 2,
+                },
+            )
             return
         m = re.fullmatch(_CLUSTER + r"/nodePools(?:/(?P<n>[^/:]+))?(?P<verb>:setSize)?", path)
         if m is None or (m["p"], m["l"], m["c"]) != ("ml-burst", "europe-west4", "burst-euw4"):

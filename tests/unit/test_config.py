@@ -165,3 +165,29 @@ def _sel(
 def test_selector_overlap(a: WorkloadSelector, b: WorkloadSelector, overlap: bool) -> None:
     assert selectors_overlap(a, b) is overlap
     assert selectors_overlap(b, a) is overlap
+
+
+def test_from_cloud_needs_a_cloud_target_and_excludes_a_kubeconfig(tmp_path: Path) -> None:
+    service = """apiVersion: burst.dev/v1
+kind: ServiceConfig
+metadata: {name: s}
+spec:
+  installationId: site
+  targets:
+    - name: sim-aws
+      provider: sim
+      region: eu-central-1
+      sim: {cloud: aws, cluster: remote}
+      kubernetes: {fromCloud: true}
+    - name: aws
+      provider: aws
+      region: eu-central-1
+      aws: {clusterName: c, nodeRoleArn: "arn:aws:iam::1:role/n", subnetIds: [s-1]}
+      kubernetes: {fromCloud: true, kubeconfig: /etc/k}
+"""
+    (tmp_path / "burst.yaml").write_text(service)
+    with pytest.raises(ConfigError) as bad:
+        load([tmp_path])
+    text = str(bad.value)
+    assert "kubernetes.fromCloud needs a cloud provider" in text
+    assert "set one of inCluster, kubeconfig and fromCloud" in text
