@@ -283,6 +283,23 @@ class SimProvider:
                 raise
 
 
+# The taints each managed service puts on its GPU and spot nodes itself, whatever burst asks for:
+# GKE taints GPU nodes nvidia.com/gpu=present:NoSchedule ("Run GPUs in GKE Standard node pools");
+# AKS taints spot nodes kubernetes.azure.com/scalesetpriority=spot:NoSchedule ("Add an Azure Spot
+# node pool to an AKS cluster").
+_GKE_GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+_AKS_SPOT = {
+    "key": "kubernetes.azure.com/scalesetpriority",
+    "value": "spot",
+    "effect": "NoSchedule",
+}
+CLOUD_TAINTS: dict[tuple[str, str], tuple[dict[str, str], ...]] = {
+    ("gcp", "on-demand"): (_GKE_GPU,),
+    ("gcp", "spot"): (_GKE_GPU,),
+    ("azure", "spot"): (_AKS_SPOT,),
+}
+
+
 def node_manifest(spec: PoolSpec, name: str, cloud: Cloud, region: str) -> dict[str, Any]:
     """The Node a pool's instance registers as: pool, instance and GPU labels, taints, GPU capacity."""
     offer = spec.offer
@@ -294,6 +311,9 @@ def node_manifest(spec: PoolSpec, name: str, cloud: Cloud, region: str) -> dict[
         "burst.dev/cloud": cloud,
     }
     taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints]
+    for own in CLOUD_TAINTS.get((cloud, offer.capacity), ()):
+        if not any(t["key"] == own["key"] and t["effect"] == own["effect"] for t in taints):
+            taints.append(dict(own))
     return gpu_node_manifest(
         name,
         product=GPU_PRODUCTS.get(offer.accelerator, f"NVIDIA-{offer.accelerator}"),

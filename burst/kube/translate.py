@@ -21,6 +21,7 @@ from burst.config import Replication
 from burst.kube.sanitise import Allowed, Checked, foreign, sanitise_template
 from burst.model import GPU_TAINT_KEY, NODE_POOL_LABEL
 
+AKS_SPOT_TAINT_KEY = "kubernetes.azure.com/scalesetpriority"
 ORIGIN_UID = "burst.dev/origin-uid"
 ORIGIN_INSTALLATION = "burst.dev/installation"
 ORIGIN_ANNOTATION = "burst.dev/origin"
@@ -100,8 +101,13 @@ def _pin(pod: dict[str, Any], pool: str) -> None:
     labels lose what the local API server set."""
     spec = pod.setdefault("spec", {})
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), NODE_POOL_LABEL: pool}
-    tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") != GPU_TAINT_KEY]
+    ours = {GPU_TAINT_KEY, AKS_SPOT_TAINT_KEY}
+    tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") not in ours]
     tolerations.append({"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
+    # AKS taints every spot node itself; the copy must go there when its pool is spot.
+    tolerations.append(
+        {"key": AKS_SPOT_TAINT_KEY, "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
+    )
     spec["tolerations"] = tolerations
     meta = pod.setdefault("metadata", {})
     labels = {k: v for k, v in (meta.get("labels") or {}).items() if k not in _SERVER_LABELS}

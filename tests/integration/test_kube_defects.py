@@ -363,3 +363,47 @@ def test_a_copied_secret_is_brought_up_to_date_on_the_next_dispatch(
     dispatch(kube, local, job, remote)
     copied = remote.read("Secret", "burst-cms-ml", "wandb-api-key")
     assert copied is not None and copied["data"]["key"] == "cm90YXRlZA=="
+
+
+def test_a_copy_runs_on_an_aks_spot_node_which_aks_taints_itself(
+    kube: Any, remote: KubeObjects
+) -> None:
+    """AKS taints spot nodes kubernetes.azure.com/scalesetpriority=spot:NoSchedule; the copies
+    tolerated only nvidia.com/gpu, so an AKS spot pool never ran a job."""
+    from burst.cloud.provider import PoolSpec
+    from burst.model import OfferKey
+    from providers.sim import node_manifest
+
+    spot = PoolSpec(
+        name="azure-spot-pool",
+        offer=OfferKey("azure", "eastus", "Standard_NC6s_v3", "spot", "V100", 1),
+        nodes=1,
+        owner="site-a",
+        policy="p",
+        epoch=1,
+    )
+    node = node_manifest(spot, "aks-spot-0", "azure", "eastus")
+    assert {
+        "key": "kubernetes.azure.com/scalesetpriority",
+        "value": "spot",
+        "effect": "NoSchedule",
+    } in node["spec"]["taints"]
+    node["status"]["allocatable"]["nvidia.com/gpu"] = node["status"]["capacity"][
+        "nvidia.com/gpu"
+    ] = "4"
+    remote.core.create_node(node)
+    local, job = burst_job(kube, "spotty")
+    result = Replicator(local, EventRecorder(kube, SystemClock()), "site-a").dispatch(
+        job,
+        remote,
+        target="sim-azure",
+        pool="azure-spot-pool",
+        remote_namespace="burst-cms-ml",
+        rules=RULES,
+    )
+    assert result.outcome == "dispatched"
+    syncer = Syncer(local, EventRecorder(kube, SystemClock()), SystemClock(), "site-a")
+    final = run_to_completion(local, "Job", "spotty", syncer, remote, result.remote_name)
+    assert any(
+        c["type"] == "Complete" and c["status"] == "True" for c in final["status"]["conditions"]
+    )
