@@ -25,9 +25,11 @@ from burst.kube.events import EventRecorder
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import Syncer
+from burst.model import OfferKey
 from burst.money import ledger
 from burst.service.leader import Service
 from burst.service.loop import Reconciler
+from burst.service.remote import CLUSTER_ERRORS
 from burst.store import database
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,21 @@ def reconciler_for(
     spec = cfg.service.spec
     events = EventRecorder(onprem, clock)
     local = KubeObjects(onprem)
+    remotes = {n: KubeObjects(a) for n, a in remote_apis.items()}
+
+    def zones(key: OfferKey) -> tuple[str, ...]:
+        offer = offers.get(key)
+        return offer.zones if offer is not None else ()
+
+    def joined(target: str, pool: str) -> int | None:
+        if target not in remotes:
+            return None  # no view of that cluster: the cloud's word is taken
+        try:
+            return remotes[target].ready_gpu_nodes(pool)
+        except CLUSTER_ERRORS as exc:  # not seen: not ready yet
+            log.warning("nodes of pool %s on %s: %s", pool, target, exc.__class__.__name__)
+            return 0
+
     return Reconciler(
         config=cfg,
         catalog=offers,
@@ -85,7 +102,7 @@ def reconciler_for(
         sessions=sessions,
         observer=observer,
         local=local,
-        remotes={n: KubeObjects(a) for n, a in remote_apis.items()},
+        remotes=remotes,
         provisioner=Provisioner(
             providers,
             clock,
@@ -93,6 +110,8 @@ def reconciler_for(
             spec.installation_id,
             epoch,
             launch_timeouts={t.name: launch_factor * t.provisioning for t in spec.targets},
+            zones=zones,
+            joined=joined,
         ),
         replicator=Replicator(local, events, spec.installation_id),
         syncer=Syncer(local, events, clock, spec.installation_id),

@@ -77,7 +77,8 @@ def to_request(
         "capacityType": "SPOT" if spec.offer.capacity == "spot" else "ON_DEMAND",
         "labels": spec.node_labels(),
         "taints": [
-            {"key": t.key, "value": t.value, "effect": _EFFECTS[t.effect]} for t in spec.taints
+            {"key": t.key, "value": t.value, "effect": _EFFECTS[t.effect]}
+            for t in spec.node_taints()
         ],
         "tags": spec.tags(token),
         "clientRequestToken": token,

@@ -88,7 +88,7 @@ def to_agent_pool(spec: PoolSpec, token: str) -> dict[str, Any]:
         "osType": "Linux",
         "type": "VirtualMachineScaleSets",
         "nodeLabels": spec.node_labels(),
-        "nodeTaints": [f"{t.key}={t.value}:{t.effect}" for t in spec.taints],
+        "nodeTaints": [f"{t.key}={t.value}:{t.effect}" for t in spec.node_taints()],
         "tags": azure_tags(spec.tags(token)),
         "scaleSetPriority": "Spot" if spot else "Regular",
     }

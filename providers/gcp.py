@@ -106,7 +106,8 @@ def to_node_pool(spec: PoolSpec, token: str) -> dict[str, Any]:
         "machine_type": spec.offer.instance_type,
         "labels": spec.node_labels(),
         "taints": [
-            {"key": t.key, "value": t.value, "effect": _EFFECTS[t.effect]} for t in spec.taints
+            {"key": t.key, "value": t.value, "effect": _EFFECTS[t.effect]}
+            for t in spec.node_taints()
         ],
         "resource_labels": gce_labels(spec.tags(token)),
         "spot": spec.offer.capacity == "spot",

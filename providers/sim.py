@@ -310,7 +310,7 @@ def node_manifest(spec: PoolSpec, name: str, cloud: Cloud, region: str) -> dict[
         "burst.dev/capacity-type": offer.capacity,
         "burst.dev/cloud": cloud,
     }
-    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.taints]
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in spec.node_taints()]
     for own in CLOUD_TAINTS.get((cloud, offer.capacity), ()):
         if not any(t["key"] == own["key"] and t["effect"] == own["effect"] for t in taints):
             taints.append(dict(own))

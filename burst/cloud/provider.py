@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
 from burst.model import (
-    GPU_TAINT_KEY,
     NODE_POOL_LABEL,
     TAG_EPOCH,
     TAG_OWNER,
@@ -98,8 +97,8 @@ class PoolSpec:
     policy: str
     epoch: int
     labels: Mapping[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = (Taint(GPU_TAINT_KEY, "present"),)
-    zones: tuple[str, ...] = ()
+    taints: tuple[Taint, ...] = ()  # more than the pool's own taint (node_taints)
+    zones: tuple[str, ...] = ()  # where the pool's nodes go (GKE: one zone with the GPU)
     spot_max_price_usd: str | None = None  # per node-hour, as a decimal string (Azure)
 
     def tags(self, token: str) -> dict[str, str]:
@@ -113,6 +112,12 @@ class PoolSpec:
 
     def node_labels(self) -> dict[str, str]:
         return {NODE_POOL_LABEL: self.name, **self.labels}
+
+    def node_taints(self) -> tuple[Taint, ...]:
+        """burst's own taint on every node of the pool, which only the pool's copies tolerate:
+        no other pod of the cloud cluster lands on nodes burst pays for. (No nvidia.com/gpu taint:
+        GKE adds it to GPU nodes itself and refuses a second; EKS and AKS add none.)"""
+        return (Taint(NODE_POOL_LABEL, self.name), *self.taints)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -29,12 +29,13 @@ from burst.cloud.provider import (
     Provider,
     ProviderError,
 )
+from burst.cloud.provider import Pool as CloudPool
 from burst.metrics import PROVIDER_CALLS
 from burst.model import CapacityType, Cloud, CreatePool, OfferKey, PoolState, PoolView
 from burst.store.tables import Pool, PoolEvent
 
 log = logging.getLogger(__name__)
-LIVE = ("requested", "creating", "ready", "draining")
+LIVE = ("requested", "creating", "ready", "resizing", "draining")
 DEFAULT_LAUNCH_TIMEOUT = timedelta(minutes=45)  # the slowest GPU pools take tens of minutes
 
 
@@ -79,8 +80,15 @@ class Provisioner:
         installation: str,
         epoch: int = 1,
         launch_timeouts: Mapping[str, timedelta] | None = None,
+        zones: Callable[[OfferKey], tuple[str, ...]] = lambda offer: (),
+        joined: Callable[[str, str], int | None] = lambda target, pool: None,
     ) -> None:
         self.providers, self.clock, self.unavailable = providers, clock, unavailable
+        # Where an offer's GPU exists in its region; a pool goes to the first (one zone).
+        self.zones = zones
+        # How many of a pool's nodes have joined its cluster with allocatable GPUs (target,
+        # pool); None where burst cannot see the cluster: the cloud's word is taken then.
+        self.joined = joined
         self.backoffs = Backoffs(unavailable)
         self.installation, self.epoch = installation, epoch
         # Per target: how long a pool may take to be ready before it counts as failed.
@@ -110,6 +118,7 @@ class Provisioner:
             target=action.target,
             provider=action.offer.cloud,
             region=action.offer.region,
+            zone=next(iter(self.zones(action.offer)), None),
             instance_type=action.offer.instance_type,
             capacity=action.offer.capacity,
             accelerator=action.offer.accelerator,
@@ -150,7 +159,16 @@ class Provisioner:
             owner=self.installation,
             policy=row.policy,
             epoch=row.epoch,
+            zones=(row.zone,) if row.zone else (),
         )
+
+    def arrived(self, row: Pool, pool: CloudPool) -> bool:
+        """Ready is when the cloud says so and the nodes have joined the cluster with allocatable
+        GPUs (a node group ACTIVE with no device plugin running runs no GPU job)."""
+        if pool.phase != "ready":
+            return False
+        joined = self.joined(row.target, row.name)
+        return joined is None or joined >= pool.nodes
 
     def complete(self, session: Session, row: Pool) -> None:
         """Ask the cloud for a `requested` pool (again, with the same token, after a crash)."""
@@ -166,31 +184,27 @@ class Provisioner:
             if exc.retryable:
                 log.warning("pool %s: %s; will try again", row.name, exc.message)
                 return
+            # Permanent for this offer: backed off, or every pass would ask for it again.
+            self.backoffs.mark(session, self.spec(row).offer)
+            log.warning("pool %s failed: %s", row.name, exc.message)
             _event(session, row, "failed", 0, now, exc.message, self.epoch)
             session.commit()
             return
         failpoints.hit("pool-created-in-cloud")
         row.external_id = pool.external_id
-        _event(
-            session,
-            row,
-            "ready" if pool.phase == "ready" else "creating",
-            pool.nodes,
-            now,
-            None,
-            self.epoch,
-        )
-        if pool.phase == "ready":
+        ready = self.arrived(row, pool)
+        _event(session, row, "ready" if ready else "creating", pool.nodes, now, None, self.epoch)
+        if ready:
             row.ready_at = now
         session.commit()
 
     def refresh(self, session: Session) -> None:
-        """Follow creating and resizing pools to ready (or failed)."""
+        """Follow launching pools to ready (or failed), and resizing ones back to ready."""
         if not self._restored:
             self.backoffs.restore(session)
             self._restored = True
         for row in session.scalars(
-            select(Pool).where(Pool.state.in_(("requested", "creating")))
+            select(Pool).where(Pool.state.in_(("requested", "creating", "resizing")))
         ).all():
             if row.state == "requested":
                 self.complete(session, row)
@@ -211,33 +225,50 @@ class Provisioner:
             except ProviderError as exc:
                 log.warning("pool %s: %s", row.name, exc.message)
                 continue
-            if pool.phase == "ready":
-                row.ready_at = self.clock.now()
-                self.backoffs.recovered(session, self.spec(row).offer)
-                _event(session, row, "ready", pool.nodes, self.clock.now(), None, self.epoch)
-            elif pool.phase == "failed":
-                self.backoffs.mark(session, self.spec(row).offer)
-                _event(session, row, "failed", 0, self.clock.now(), pool.message, self.epoch)
-            elif self.clock.now() - row.created_at > self.launch_timeout(row):
-                # Never became ready: give up on it, back the offer off, and let the pool go.
-                waited = self.clock.now() - row.created_at
-                self.backoffs.mark(session, self.spec(row).offer)
-                _event(
-                    session,
-                    row,
-                    "failed",
-                    row.nodes_desired,
-                    self.clock.now(),
-                    f"not ready after {int(waited.total_seconds())} s (launch timeout)",
-                    self.epoch,
-                )
-                try:
-                    self.call(row.target, "delete_pool", row.name)
-                except ProviderError as exc:
-                    log.warning("pool %s: %s", row.name, exc.message)
+            if row.state == "resizing":
+                self._follow_resize(session, row, pool)
+            else:
+                self._follow_launch(session, row, pool)
         session.commit()
 
+    def _follow_launch(self, session: Session, row: Pool, pool: CloudPool) -> None:
+        now = self.clock.now()
+        if self.arrived(row, pool):
+            row.ready_at = now
+            self.backoffs.recovered(session, self.spec(row).offer)
+            _event(session, row, "ready", pool.nodes, now, None, self.epoch)
+        elif pool.phase == "failed":
+            self.backoffs.mark(session, self.spec(row).offer)
+            _event(session, row, "failed", 0, now, pool.message, self.epoch)
+        elif now - row.created_at > self.launch_timeout(row):
+            # Never became ready: give up on it, back the offer off, and let the pool go.
+            waited = now - row.created_at
+            self.backoffs.mark(session, self.spec(row).offer)
+            reason = f"not ready after {int(waited.total_seconds())} s (launch timeout)"
+            log.warning("pool %s failed: %s", row.name, reason)
+            _event(session, row, "failed", row.nodes_desired, now, reason, self.epoch)
+            try:
+                self.call(row.target, "delete_pool", row.name)
+            except ProviderError as exc:
+                log.warning("pool %s: %s", row.name, exc.message)
+
+    def _follow_resize(self, session: Session, row: Pool, pool: CloudPool) -> None:
+        """A resize has a clock of its own, from when it was asked (the row's last change). Its
+        pool keeps running its jobs whatever becomes of the new nodes: a resize that fails or
+        takes too long ends with the pool at the size it reached, the offer backed off."""
+        now = self.clock.now()
+        if self.arrived(row, pool):
+            _event(session, row, "ready", pool.nodes, now, None, self.epoch)
+        elif pool.phase == "failed" or now - row.updated_at > self.launch_timeout(row):
+            self.backoffs.mark(session, self.spec(row).offer)
+            why = pool.message if pool.phase == "failed" else "timed out"
+            reason = f"resize to {row.nodes_desired} nodes {why}; keeps {pool.nodes}"
+            log.warning("pool %s: %s", row.name, reason)
+            _event(session, row, "ready", pool.nodes, now, reason, self.epoch)
+
     def resize(self, session: Session, name: str, nodes: int) -> None:
+        """Grow or shrink a pool. A launching pool launches on at its new size; a ready one is
+        `resizing` until the cloud says it is done, and runs its jobs meanwhile."""
         row = session.scalar(select(Pool).where(Pool.name == name))
         if row is None or row.state not in LIVE:
             return
@@ -245,16 +276,15 @@ class Provisioner:
             pool = self.call(row.target, "resize_pool", name, nodes)
         except ProviderError as exc:
             log.warning("resize %s: %s", name, exc.message)
+            if not exc.retryable:
+                self.backoffs.mark(session, self.spec(row).offer)
+                session.commit()
             return
-        _event(
-            session,
-            row,
-            "ready" if pool.phase == "ready" else "creating",
-            nodes,
-            self.clock.now(),
-            None,
-            self.epoch,
-        )
+        if row.state in ("requested", "creating"):
+            state = "creating"
+        else:
+            state = "ready" if pool.phase == "ready" else "resizing"
+        _event(session, row, state, nodes, self.clock.now(), None, self.epoch)
         session.commit()
 
     def delete(self, session: Session, name: str, reason: str) -> Pool | None:
@@ -269,8 +299,16 @@ class Provisioner:
             session.commit()
         try:
             self.call(row.target, "delete_pool", name)
+            # Done when the cloud says the pool is gone, not when it took the request (GKE's
+            # STOPPING, EKS's DELETING still bill): until then it stays `deleting`, metered.
+            still = self.call(row.target, "get_pool", name)
+        except PoolNotFound:
+            still = None
         except ProviderError as exc:
             log.warning("delete %s: %s; will try again", name, exc.message)
+            return None
+        if still is not None:
+            log.info("pool %s: the cloud is deleting it (%s)", name, still.phase)
             return None
         failpoints.hit("pool-deleted-in-cloud")
         if row.deleted_at is None:
@@ -300,7 +338,7 @@ def pool_views(
     """Live pools as the decision sees them; `used` gives GPUs taken per pool's workloads."""
     out = []
     for row in session.scalars(
-        select(Pool).where(Pool.state.in_(("requested", "creating", "ready")))
+        select(Pool).where(Pool.state.in_(("requested", "creating", "ready", "resizing")))
     ):
         free = [row.gpus_per_node] * row.nodes_desired
         for gpus in used.get(row.name, []):
@@ -309,7 +347,8 @@ def pool_views(
                     free[i] = f - gpus
                     break
         offer = offer_of(row)
-        state: PoolState = "ready" if row.state == "ready" else "creating"
+        # A resizing pool runs its jobs: ready, with room on the nodes on their way.
+        state: PoolState = "ready" if row.state in ("ready", "resizing") else "creating"
         out.append(
             PoolView(
                 name=row.name,

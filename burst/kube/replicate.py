@@ -19,7 +19,7 @@ from burst import failpoints
 from burst.config import Replication
 from burst.kube.events import EventRecorder
 from burst.kube.translate import ORIGIN_INSTALLATION, ORIGIN_UID, Translation, translate
-from burst.model import KUEUE_QUEUE_LABEL
+from burst.model import KUEUE_QUEUE_LABEL, NODE_POOL_LABEL
 
 Outcome = Literal["dispatched", "refused", "started-on-prem"]
 
@@ -167,6 +167,23 @@ class KubeObjects:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+    def ready_gpu_nodes(self, pool: str) -> int:
+        """Nodes of `pool` that have joined: Ready, with allocatable nvidia.com/gpu (the device
+        plugin runs on them)."""
+        response = self.core.list_node(
+            label_selector=f"{NODE_POOL_LABEL}={pool}", _preload_content=False
+        )
+        count = 0
+        for node in json.loads(response.data).get("items") or []:
+            status = node.get("status") or {}
+            ready = any(
+                c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or []
+            )
+            gpus = (status.get("allocatable") or {}).get("nvidia.com/gpu", "0")
+            count += ready and str(gpus) not in ("", "0")
+        return count
 
     def pods_of(self, obj: Mapping[str, Any]) -> list[dict[str, Any]]:
         uid = _meta(obj)["uid"]

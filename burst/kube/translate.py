@@ -101,8 +101,12 @@ def _pin(pod: dict[str, Any], pool: str) -> None:
     labels lose what the local API server set."""
     spec = pod.setdefault("spec", {})
     spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), NODE_POOL_LABEL: pool}
-    ours = {GPU_TAINT_KEY, AKS_SPOT_TAINT_KEY}
+    ours = {GPU_TAINT_KEY, AKS_SPOT_TAINT_KEY, NODE_POOL_LABEL}
     tolerations = [t for t in spec.get("tolerations") or [] if t.get("key") not in ours]
+    # The pool's own taint, which nothing but its copies tolerates, and GKE's GPU taint.
+    tolerations.append(
+        {"key": NODE_POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+    )
     tolerations.append({"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"})
     # AKS taints every spot node itself; the copy must go there when its pool is spot.
     tolerations.append(

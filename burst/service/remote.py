@@ -88,7 +88,7 @@ class RemoteSteps:
             w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
             s.commit()
             return
-        if pool.state != "ready":
+        if pool.state not in ("ready", "resizing"):  # a resizing pool runs work on its nodes
             return
         obj = self.local.read(w.kind, w.namespace, w.name)
         if obj is None:

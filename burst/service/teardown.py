@@ -85,7 +85,7 @@ class Teardown:
                 for row in [
                     r
                     for r in rows.values()
-                    if r.target == target and r.state in ("ready", "creating")
+                    if r.target == target and r.state in ("ready", "resizing", "creating")
                 ]:
                     if row.name not in in_cloud:
                         done.append(f"pool {row.name} vanished from {target}")

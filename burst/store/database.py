@@ -34,12 +34,14 @@ class SchemaError(RuntimeError):
 
 
 def resolve_url(explicit: str | None = None, spec: DatabaseSpec | None = None) -> URL:
-    """The database URL to use, with the password from the config's passwordFile if it names one."""
-    text = explicit or os.environ.get(ENV_URL) or (spec.url if spec else DEFAULT_DATABASE_URL)
+    """The database URL to use: the one given, else BURST_DATABASE_URL, else the ServiceConfig's
+    with the password from its passwordFile if it names one."""
+    given = explicit or os.environ.get(ENV_URL)
+    text = given or (spec.url if spec else DEFAULT_DATABASE_URL)
     url = make_url(text)
     if url.drivername in ("postgresql", "postgres"):
         url = url.set(drivername="postgresql+psycopg")
-    if spec is not None and spec.password_file and not url.password:
+    if not given and spec is not None and spec.password_file and not url.password:
         url = url.set(password=Path(spec.password_file).read_text(encoding="utf-8").strip())
     return url
 

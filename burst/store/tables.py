@@ -36,7 +36,16 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-POOL_STATES = ("requested", "creating", "ready", "draining", "deleting", "deleted", "failed")
+POOL_STATES = (
+    "requested",
+    "creating",
+    "ready",
+    "resizing",
+    "draining",
+    "deleting",
+    "deleted",
+    "failed",
+)
 WORKLOAD_STATES = (
     "pending",
     "planned",
@@ -126,6 +135,7 @@ class Pool(Base):
     target: Mapped[str] = mapped_column(String(63))
     provider: Mapped[str] = mapped_column(String(16))
     region: Mapped[str] = mapped_column(String(64))
+    zone: Mapped[str | None] = mapped_column(String(64))  # where its nodes are, if one zone
     instance_type: Mapped[str] = mapped_column(String(64))
     capacity: Mapped[str] = mapped_column(String(16))
     accelerator: Mapped[str] = mapped_column(String(64))

@@ -81,8 +81,9 @@ def test_pool_lifecycle(eks: Any, moto_url: str) -> None:
     described = eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=created.name)["nodegroup"]
     assert described["tags"][TAG_OWNER] == "site-a" and described["tags"]["burst.dev/epoch"] == "3"
     assert described["labels"]["burst.dev/pool"] == created.name
+    # The pool's own taint, which only its copies tolerate (EKS adds no GPU taint of its own).
     assert described["taints"] == [
-        {"key": "nvidia.com/gpu", "value": "present", "effect": "NO_SCHEDULE"}
+        {"key": "burst.dev/pool", "value": created.name, "effect": "NO_SCHEDULE"}
     ]
     assert aws.get_pool(created.name).phase == "ready"  # moto's node groups are ACTIVE at once
     assert aws.resize_pool(created.name, 5).nodes == 5

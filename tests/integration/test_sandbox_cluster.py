@@ -201,7 +201,7 @@ def test_scheduler_counts_gpus_and_honours_taints_and_affinity(kube: Any) -> Non
                             {
                                 "key": "nvidia.com/gpu.product",
                                 "operator": "In",
-                                "values": ["Tesla-V100"],
+                                "values": ["Tesla-V100-SXM2-16GB"],
                             }
                         ]
                     }

@@ -40,7 +40,11 @@ def test_nodes_appear_when_ready_and_go_with_the_pool(kube: Any) -> None:
     assert node.metadata.labels["nvidia.com/gpu.product"] == "Tesla-T4"
     assert node.metadata.labels["node.kubernetes.io/instance-type"] == "n1-standard-8"
     assert node.status.allocatable["nvidia.com/gpu"] == "1"
-    assert [(t.key, t.effect) for t in node.spec.taints] == [("nvidia.com/gpu", "NoSchedule")]
+    # burst's own taint, and GKE's GPU taint, which GKE adds to GPU nodes itself.
+    assert [(t.key, t.effect) for t in node.spec.taints] == [
+        ("burst.dev/pool", "NoSchedule"),
+        ("nvidia.com/gpu", "NoSchedule"),
+    ]
     sim.resize_pool("burst-t4", 1)
     assert [
         n.metadata.name for n in core.list_node(label_selector="burst.dev/pool=burst-t4").items

@@ -1,0 +1,119 @@
+"""Pools over their life in the running reconcile loop: a pool that has been up for longer than its
+launch timeout is grown for a new job while another runs on it, and the pool survives, the job
+finishes, the new one runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from sqlalchemy import select
+
+from burst import config
+from burst.app import reconciler_for
+from burst.clock import FakeClock
+from burst.cloud import catalog
+from burst.demo.scenario import job_manifest
+from burst.kube.observe import Observer
+from burst.kube.replicate import KubeObjects
+from burst.sandbox import Sandbox
+from burst.store import database
+from burst.store.tables import Pool, Workload
+from providers.sim import SimCloud, SimProvider, SimSettings
+from tests.conftest import ROOT, wait_for
+
+SHIPPED = catalog.shipped()
+
+
+def one_target_config(tmp_path: Path) -> config.Config:
+    """The demo's configuration with one simulated AWS target at real speed (a 10 minute
+    provisioning estimate: a 30 minute launch timeout), room for one pool, 8 h lifetimes."""
+    text = (ROOT / "burst" / "data" / "demo" / "config.yaml").read_text()
+    text = text.replace("targets: [sim-aws, sim-gcp, sim-azure]", "targets: [sim-aws]")
+    text = text.replace("maxPools: 4", "maxPools: 1").replace("maxLifetime: 10m", "maxLifetime: 8h")
+    text = text.replace("provisioningEstimate: 8s", "provisioningEstimate: 10m", 1)
+    (tmp_path / "config.yaml").write_text(text)
+    return config.load([tmp_path], config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()))
+
+
+def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
+    kube: Any, tmp_path: Path
+) -> None:
+    """A resize recorded the pool as `creating`, and the launch timeout, counted from the pool's
+    creation, then failed it and deleted it under the job running on it."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    cluster = Sandbox(clock=clock, tick=0.01).start()  # the cloud cluster, on the same clock
+    remote = KubeObjects(client.ApiClient(client.Configuration(host=cluster.url)))
+    world = SimCloud(clock, settings=SimSettings())
+    provider = SimProvider(
+        world,
+        target="sim-aws",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: list(SHIPPED),
+        kube=remote.api,
+    )
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    sessions = database.sessions(engine)
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.core.create_namespaced_secret(
+        "cms-ml", {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "v"}}
+    )
+    # No GPUs on-prem: every job goes to the cloud.
+    first = job_manifest("first", 1, deadline="4h", seconds=3600)
+    local.batch.create_namespaced_job("cms-ml", first, _preload_content=False)
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler_for(
+            cfg,
+            SHIPPED,
+            clock,
+            sessions,
+            observer,
+            kube,
+            {"sim-aws": remote.api},
+            {"sim-aws": provider},
+        )
+
+        def passes_until(done: Any, step: timedelta = timedelta(seconds=20)) -> None:
+            def once() -> Any:
+                clock.advance(step)
+                loop.run_once()
+                return done()
+
+            wait_for(once, timeout=30, every=0.05)
+
+        def states() -> dict[str, str]:
+            with sessions() as s:
+                return {w.name: w.state for w in s.scalars(select(Workload))}
+
+        passes_until(lambda: states().get("first") == "dispatched")
+        # The pool has been up longer than its launch timeout (3 x 10 min), within its lifetime.
+        clock.advance(timedelta(minutes=40))
+        second = job_manifest("second", 1, deadline="4h", seconds=60)
+        local.batch.create_namespaced_job("cms-ml", second, _preload_content=False)
+        wait_for(lambda: len(observer.workloads()) == 2)
+        passes_until(lambda: states().get("second") == "dispatched")
+        with sessions() as s:
+            pools = [(p.name, p.state, p.state_reason) for p in s.scalars(select(Pool))]
+            assert len(pools) == 1, pools
+            (pool,) = s.scalars(select(Pool)).all()
+            assert pool.state in ("ready", "resizing") and pool.nodes_desired == 2
+        passes_until(
+            lambda: states() == {"first": "succeeded", "second": "succeeded"}, timedelta(minutes=1)
+        )
+        with sessions() as s:
+            (pool,) = s.scalars(select(Pool)).all()
+            assert pool.state != "failed", pool.state_reason
+        assert world.pools_created() == 1
+    finally:
+        observer.stop()
+        cluster.stop()
+        engine.dispose()
