@@ -54,10 +54,12 @@ ACCELERATOR_TYPES = {
     "B200": "nvidia-b200",
 }
 _EFFECTS = {"NoSchedule": 1, "PreferNoSchedule": 2, "NoExecute": 3}
+# RUNNING_WITH_ERROR (3) is a pool that did not get all it asked for (a stockout, a quota): not
+# ready (terraform-provider-google treats it as an error too).
 _PHASES: Mapping[int, PoolPhase] = {
     1: "creating",
     2: "ready",
-    3: "ready",
+    3: "failed",
     4: "resizing",
     5: "deleting",
     6: "failed",
@@ -71,6 +73,7 @@ _STATUS_NAMES = {
     "ERROR": 6,
 }
 _CAPACITY_MARKERS = ("ZONE_RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "does not have enough resources")
+_CONDITIONS = {1: "GCE_STOCKOUT", 2: "GKE_SERVICE_ACCOUNT_DELETED", 3: "GCE_QUOTA_EXCEEDED"}
 OP_DONE = 3
 
 
@@ -112,54 +115,73 @@ def to_node_pool(spec: PoolSpec, token: str) -> dict[str, Any]:
         "resource_labels": gce_labels(spec.tags(token)),
         "spot": spec.offer.capacity == "spot",
     }
-    # A2/A3/A4/G2 machine types come with their GPUs; N1 machines get them attached.
-    if spec.offer.instance_type.startswith("n1-"):
-        config["accelerators"] = [
-            {
-                "accelerator_count": spec.offer.gpus,
-                "accelerator_type": accelerator,
-                "gpu_driver_installation_config": {"gpu_driver_version": 3},  # LATEST
-            }
-        ]
+    # Every GPU machine family states its GPUs: N1 gets them attached, A2/A3/G2 have them built
+    # in and GKE still wants them listed with the machine's count; without the driver setting no
+    # driver is installed (AcceleratorConfig.gpu_driver_installation_config).
+    config["accelerators"] = [
+        {
+            "accelerator_count": spec.offer.gpus,
+            "accelerator_type": accelerator,
+            "gpu_driver_installation_config": {"gpu_driver_version": 2},  # DEFAULT
+        }
+    ]
     pool: dict[str, Any] = {
         "name": cloud_name(spec.name),
         "config": config,
+        # Per zone: one zone, so the count is the pool's (a regional cluster would triple it).
         "initial_node_count": spec.nodes,
+        "locations": list(spec.zones[:1]),
     }
-    if spec.zones:
-        pool["locations"] = list(spec.zones)
+    if not spec.zones:
+        raise InvalidRequest(
+            f"no zone of {spec.offer.region} is known to have {spec.offer.instance_type}: "
+            "a pool across the cluster's zones would have a node count per zone"
+        )
     return pool
 
 
 def to_pool(node_pool: Mapping[str, Any]) -> Pool:
-    """A NodePool (as a dict) as a Pool (pure)."""
+    """A NodePool (as a dict) as a Pool (pure): nodes as GKE bills them (per zone x zones), and
+    the conditions (stockout, quota) as its message (status_message is deprecated)."""
     config = node_pool.get("config") or {}
     labels = _labels(node_pool)
     status = node_pool.get("status", 0)
     code = _STATUS_NAMES.get(status, 0) if isinstance(status, str) else int(status)
     tags = {unflat_tag_key(k): v for k, v in labels.items() if is_flat_burst_key(k)}
+    zones = max(1, len(node_pool.get("locations") or []))
+    conditions = "; ".join(
+        f"{_CONDITIONS.get(int(c.get('code', 0)), 'UNKNOWN')}: {c.get('message', '')}"
+        for c in node_pool.get("conditions") or []
+    )
     return Pool(
         name=labels.get(FLAT_TAG_POOL, node_pool.get("name", "")),
         phase=_PHASES.get(code, "failed"),
-        nodes=int(node_pool.get("initial_node_count", 0)),
+        nodes=int(node_pool.get("initial_node_count", 0)) * zones,
         instance_type=str(config.get("machine_type", "")),
         capacity="spot" if config.get("spot") else "on-demand",
         tags=tags,
         external_id=str(node_pool.get("self_link", "")),
-        message=str(node_pool.get("status_message", "")),
+        message=conditions or str(node_pool.get("status_message", "")),
     )
 
 
 def map_error(status: int, message: str, retry_after: float | None = None) -> ProviderError:
-    """An HTTP status (or an operation's google.rpc code mapped to one) as a typed error (pure)."""
-    if any(marker in message for marker in _CAPACITY_MARKERS):
-        return CapacityUnavailable(message)
-    if "quota" in message.lower() or "QUOTA" in message:
-        return QuotaExceeded(message)
+    """An HTTP status (or an operation's google.rpc code mapped to one) as a typed error (pure).
+    The status decides first: 429 "Too many operations ... concurrent operations quota" is a
+    wait, not a quota, and 400 FAILED_PRECONDITION "is currently creating a node pool" is a
+    retry (terraform-provider-google retries both: tpgresource/utils.go)."""
     if status == 404:
         return PoolNotFound(message)
+    if status == 429 and "Too many operations" in message:
+        return Throttled(message, retry_after or 5.0)
+    if status == 400 and ("Please wait and try again" in message or "is currently" in message):
+        return ProviderUnavailable(message)
+    if any(marker in message for marker in _CAPACITY_MARKERS):
+        return CapacityUnavailable(message)
+    if "quota" in message.lower():
+        return QuotaExceeded(message)
     if status == 429:
-        return Throttled(message, retry_after or 1.0)
+        return Throttled(message, retry_after or 5.0)
     if status >= 500 or status == 0:
         return ProviderUnavailable(message)
     return InvalidRequest(message)
@@ -184,15 +206,13 @@ class GcpProvider:
         client: Any = None,
         throttle: TokenBucket | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        poll_interval: float = 2.0,
-        create_wait: float = 30.0,
     ) -> None:
         self.region = region
         self._location = f"projects/{project}/locations/{location}"
         self._parent = f"{self._location}/clusters/{cluster}"
         self._offers = offers
         self._throttle = throttle or TokenBucket(rate=5, burst=10)
-        self._sleep, self._poll_interval, self._create_wait = sleep, poll_interval, create_wait
+        self._sleep = sleep
         self._credentials_file = credentials_file
         self._client = client  # made on first use: finding credentials may need the network
         self._token_credentials: Any = None
@@ -202,14 +222,7 @@ class GcpProvider:
         if self._client is None:
             from google.cloud import container_v1
 
-            credentials = None
-            if self._credentials_file:
-                from google.oauth2 import service_account
-
-                credentials = service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-                    self._credentials_file
-                )
-            self._client = container_v1.ClusterManagerClient(credentials=credentials)
+            self._client = container_v1.ClusterManagerClient(credentials=self._credentials())
         return self._client
 
     def _credentials(self) -> Any:
@@ -218,9 +231,14 @@ class GcpProvider:
         if self._credentials_file:
             from google.oauth2 import service_account
 
-            return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
-                self._credentials_file, scopes=scopes
-            )
+            try:
+                return service_account.Credentials.from_service_account_file(  # type: ignore[no-untyped-call]
+                    self._credentials_file, scopes=scopes
+                )
+            except (OSError, ValueError) as exc:
+                raise InvalidRequest(
+                    f"Google key file {self._credentials_file}: {exc.__class__.__name__}"
+                ) from None
         import google.auth
 
         credentials, _ = google.auth.default(scopes=scopes)
@@ -256,6 +274,7 @@ class GcpProvider:
 
     def _call(self, method: str, **kwargs: Any) -> Any:
         from google.api_core import exceptions as gexc
+        from google.auth import exceptions as auth_exceptions
 
         def once() -> Any:
             self._throttle.take()
@@ -271,25 +290,24 @@ class GcpProvider:
                 raise map_error(status, str(exc.message), after) from None
             except gexc.RetryError as exc:
                 raise ProviderUnavailable(f"GKE {method}: {exc}") from None
+            except auth_exceptions.GoogleAuthError as exc:
+                # Missing, unreadable or revoked credentials: not an API error, but no call
+                # succeeds until an admin fixes them.
+                raise InvalidRequest(
+                    f"Google credentials: {exc.__class__.__name__}: {str(exc).split('.')[0]}"
+                ) from None
             except (OSError, TimeoutError) as exc:
                 raise ProviderUnavailable(f"GKE {method}: {exc.__class__.__name__}") from None
 
         return with_retries(once, sleep=self._sleep)
 
-    def _wait(self, operation: Any, budget: float) -> Any:
-        """Poll `operation` until DONE or `budget` seconds of polling; raise its error if it failed."""
-        waited = 0.0
-        while int(operation.status) != OP_DONE and waited < budget:
-            self._sleep(self._poll_interval)
-            waited += self._poll_interval
-            operation = self._call(
-                "get_operation", name=f"{self._location}/operations/{operation.name}"
-            )
+    def _failed(self, operation: Any) -> None:
+        """Raise an operation's error if it already ended with one. Operations are not waited
+        for: a pass starts them and later passes read the pool, never blocking on GKE."""
         if int(operation.status) == OP_DONE and operation.error and operation.error.code:
             raise map_error(
                 _RPC_TO_HTTP.get(int(operation.error.code), 500), str(operation.error.message)
             )
-        return operation
 
     def _read(self, name: str, ours_only: bool = True) -> Mapping[str, Any]:
         from google.cloud import container_v1
@@ -321,8 +339,8 @@ class GcpProvider:
                     f"a node pool named {cloud_name(spec.name)} exists and is not burst's"
                 ) from None
             return to_pool(existing)
-        self._wait(operation, self._create_wait)
-        return self.get_pool(spec.name)
+        self._failed(operation)
+        return self.get_pool(spec.name)  # PROVISIONING: later passes follow it
 
     def get_pool(self, name: str) -> Pool:
         return to_pool(self._read(name))
@@ -334,8 +352,8 @@ class GcpProvider:
         request = container_v1.SetNodePoolSizeRequest(
             name=f"{self._parent}/nodePools/{cloud_name(name)}", node_count=nodes
         )
-        self._wait(self._call("set_node_pool_size", request=request), self._create_wait)
-        return self.get_pool(name)
+        self._failed(self._call("set_node_pool_size", request=request))
+        return self.get_pool(name)  # RECONCILING: later passes follow it
 
     def delete_pool(self, name: str) -> None:
         try:
@@ -343,7 +361,7 @@ class GcpProvider:
             operation = self._call(
                 "delete_node_pool", name=f"{self._parent}/nodePools/{cloud_name(name)}"
             )
-            self._wait(operation, self._create_wait)
+            self._failed(operation)  # STOPPING: done when the pool is gone
         except PoolNotFound:
             return
 
