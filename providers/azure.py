@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -121,13 +121,25 @@ def to_pool(agent_pool: Mapping[str, Any]) -> Pool:
 
 
 def map_error(
-    status: int, code: str, message: str, retry_after: float | None = None
+    status: int,
+    code: str,
+    message: str,
+    retry_after: float | None = None,
+    details: Sequence[str] = (),
 ) -> ProviderError:
-    """An ARM error as a typed error (pure)."""
+    """An ARM error as a typed error (pure). Capacity codes often sit in error.details under a
+    generic top-level code (ResourceOperationFailure, InvalidTemplateDeployment); 409
+    OperationNotAllowed is a wait while another operation runs, a quota when it says quota."""
     text = f"{code}: {message}" if code else message
-    if code in _CAPACITY_CODES:
-        return CapacityUnavailable(text)
-    if code in _QUOTA_CODES or "quota" in message.lower():
+    if code in _CAPACITY_CODES or any(d in _CAPACITY_CODES for d in details):
+        return CapacityUnavailable(f"{text} ({', '.join(details)})" if details else text)
+    if code == "OperationNotAllowed" and "in progress" in message:
+        return ProviderUnavailable(text)
+    if (
+        code in _QUOTA_CODES
+        or any(d in _QUOTA_CODES for d in details)
+        or "quota" in message.lower()
+    ):
         return QuotaExceeded(text)
     if status == 404 or code in ("NotFound", "ResourceNotFound"):
         return PoolNotFound(text)
@@ -154,13 +166,12 @@ class AzureProvider:
         credential: Any = None,
         throttle: TokenBucket | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        polling_interval: float = 10.0,
     ) -> None:
         self.region = region
         self._group, self._cluster = resource_group, cluster
         self._offers = offers
         self._throttle = throttle or TokenBucket(rate=5, burst=10)
-        self._sleep, self._polling_interval = sleep, polling_interval
+        self._sleep = sleep
         self._identity = managed_identity_client_id
         self._subscription = subscription_id
         self._client = client  # made on first use
@@ -227,9 +238,12 @@ class AzureProvider:
         def once() -> Any:
             self._throttle.take()
             try:
-                result = getattr(self._aks, method)(*args, **kwargs)
+                # A begin_ call is started, not waited for: no poller thread, no pass blocked on
+                # AKS, and a polling error can never send the PUT again; later passes read it.
+                extra = {"polling": False} if method.startswith("begin_") else {}
+                result = getattr(self._aks, method)(*args, **kwargs, **extra)
                 if method.startswith("begin_"):
-                    return result.result()  # polls the long-running operation to its end
+                    return None
                 return list(result) if method == "list" else result  # pages are fetched lazily
             except ClientAuthenticationError:
                 raise InvalidRequest("Azure refused burst's credentials") from None
@@ -239,11 +253,16 @@ class AzureProvider:
                 code = getattr(exc.error, "code", None) or ""
                 status = int(exc.status_code or 0)
                 after = (getattr(exc.response, "headers", None) or {}).get("Retry-After")
+                nested = [
+                    str(getattr(d, "code", "") or "")
+                    for d in getattr(exc.error, "details", None) or []
+                ]
                 raise map_error(
                     status,
                     str(code),
                     str(getattr(exc.error, "message", None) or exc.message),
                     float(after) if after else None,
+                    nested,
                 ) from None
 
         return with_retries(once, sleep=self._sleep)
@@ -277,7 +296,6 @@ class AzureProvider:
             self._cluster,
             cloud_name(spec.name),
             to_agent_pool(spec, token),
-            polling_interval=self._polling_interval,
         )
         return self.get_pool(spec.name)
 
@@ -296,7 +314,6 @@ class AzureProvider:
             self._cluster,
             cloud_name(name),
             body,
-            polling_interval=self._polling_interval,
         )
         return self.get_pool(name)
 
@@ -308,7 +325,6 @@ class AzureProvider:
                 self._group,
                 self._cluster,
                 cloud_name(name),
-                polling_interval=self._polling_interval,
             )
         except PoolNotFound:
             return

@@ -1,10 +1,18 @@
-"""A local fake of Azure Resource Manager for AKS agent pools, over HTTPS with a throwaway CA.
+"""A local fake of Azure Resource Manager for AKS agent pools, over HTTPS (a throwaway CA).
 
-Strict where ARM is: bearer tokens only over TLS (azure-core refuses them over plain http), PUT
-answers 200 or 201 with `Azure-AsyncOperation`, DELETE answers 202 (or 204 when nothing was
-there), long-running operations report InProgress for a few polls before Succeeded or Failed,
-`provisioningState` follows them, errors carry ARM's `{"error": {"code", "message"}}`. Tests
-script failures for the next matching call or make an operation fail (AllocationFailed...).
+Strict where ARM is (azure-mgmt-containerservice 41 REST shapes; Microsoft Learn "Troubleshoot
+OperationNotAllowed" and "Troubleshoot ZonalAllocationFailed, AllocationFailed or
+OverconstrainedAllocationRequest"):
+- a bearer token on every call; 404 for a missing pool; 400 for a bad name or body;
+- PUT answers 201 (or 200) with Azure-AsyncOperation, DELETE 202 (or 204); the operation runs for
+  a few requests (time passes with each), the pool Creating/Updating/Deleting meanwhile;
+- a second PUT or DELETE of a pool while its operation runs is 409 OperationNotAllowed: "Operation
+  is not allowed: Another agentpool operation (<pool> - Creating) is in progress, please wait for
+  it to finish before starting a new operation. See https://aka.ms/aks-pending-operation for more
+  details";
+- capacity refusals nest their code in error.details under a generic top-level code
+  (ResourceOperationFailure / AllocationFailed in details), as scripted by Failure(details=...);
+- listClusterUserCredential gives a kubeconfig with the server and its CA.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ class Failure:
     message: str = ""
     headers: dict[str, str] | None = None
     operation_error: tuple[str, str] | None = None  # (code, message): the async operation fails
+    details: list[dict[str, str]] | None = None  # nested errors (capacity codes live here)
 
 
 class ArmFake(ThreadingHTTPServer):
@@ -76,6 +85,36 @@ class ArmFake(ThreadingHTTPServer):
         with self.lock:
             self.failures.append(failure)
 
+    def advance(self) -> None:
+        """Time passes with every request: running operations move on and end."""
+        for op_id, op in list(self.operations.items()):
+            if op[0] > 0:
+                op[0] -= 1
+            if op[0] <= 0:
+                self.finish(op_id)
+
+    def finish(self, op_id: str) -> None:
+        op = self.operations[op_id]
+        if op[0] < 0:
+            return  # finished already
+        op[0] = -1
+        _, resource, kind, failed = op
+        pool = self.pools.get(resource)
+        if failed is not None:
+            if pool is not None:
+                pool["properties"]["provisioningState"] = "Failed"
+        elif kind == "delete":
+            self.pools.pop(resource, None)
+        elif pool is not None:
+            pool["properties"]["provisioningState"] = "Succeeded"
+
+    def running(self, resource: str) -> str | None:
+        """The state of the operation running on `resource`, if one is."""
+        for _, path, kind, _ in (op for op in self.operations.values() if op[0] >= 0):
+            if path == resource:
+                return "Deleting" if kind == "delete" else "Creating"
+        return None
+
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
@@ -101,9 +140,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(
-        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        details: list[dict[str, str]] | None = None,
     ) -> None:
-        self._send(status, {"error": {"code": code, "message": message}}, headers)
+        error: dict[str, Any] = {"code": code, "message": message}
+        if details:
+            error["details"] = details
+        self._send(status, {"error": error}, headers)
 
     def _handle(self) -> None:
         url = urlsplit(self.path)
@@ -116,6 +163,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(401, "AuthenticationFailed", "missing bearer token")
                 return
             server.tokens.append(auth.removeprefix("Bearer "))
+            server.advance()
             failure = next(
                 (
                     f
@@ -127,7 +175,13 @@ class _Handler(BaseHTTPRequestHandler):
             if failure is not None:
                 server.failures.remove(failure)
                 if failure.status:
-                    self._error(failure.status, failure.code, failure.message, failure.headers)
+                    self._error(
+                        failure.status,
+                        failure.code,
+                        failure.message,
+                        failure.headers,
+                        failure.details,
+                    )
                     return
             self._route(url.path, url.query, body, failure.operation_error if failure else None)
 
@@ -145,23 +199,16 @@ class _Handler(BaseHTTPRequestHandler):
             if op is None:
                 self._error(404, "NotFound", "no such operation")
                 return
-            op[0] -= 1
             if op[0] > 0:
                 self._send(200, {"status": "InProgress"})
                 return
-            _, resource, kind, failed = op
-            pool = server.pools.get(resource)
+            server.finish(m["id"])
+            failed = op[3]
             if failed is not None:
-                if pool is not None:
-                    pool["properties"]["provisioningState"] = "Failed"
                 self._send(
                     200, {"status": "Failed", "error": {"code": failed[0], "message": failed[1]}}
                 )
                 return
-            if kind == "delete":
-                server.pools.pop(resource, None)
-            elif pool is not None:
-                pool["properties"]["provisioningState"] = "Succeeded"
             self._send(200, {"status": "Succeeded"})
             return
         if (m := re.fullmatch(_CREDENTIAL, path)) and self.command == "POST":
@@ -192,6 +239,14 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(404, "NotFound", f"Agent pool {name} was not found.")
             else:
                 self._send(200, pool)
+        elif self.command in ("PUT", "DELETE") and (doing := server.running(path)):
+            self._error(
+                409,
+                "OperationNotAllowed",
+                f"Operation is not allowed: Another agentpool operation ({name} - {doing}) is in "
+                "progress, please wait for it to finish before starting a new operation. See "
+                "https://aka.ms/aks-pending-operation for more details",
+            )
         elif self.command == "PUT":
             if not re.fullmatch(r"[a-z][a-z0-9]{0,11}", name):
                 self._error(400, "InvalidParameter", f"Agent pool name {name!r} is invalid.")

@@ -293,8 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
             if self.command == "GET":
                 self._send(200, {"nodePools": list(server.pools.values())})
             elif self.command == "POST":
-                pool = dict(body.get("nodePool") or {})
-                name = pool.get("name", "")
+                new: dict[str, Any] = dict(body.get("nodePool") or {})
+                name = new.get("name", "")
                 if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name):
                     self._error(400, f"Invalid node pool name {name!r}.")
                     return
@@ -304,13 +304,13 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 if self._busy(m["c"], "creating"):
                     return
-                why = refusal(pool)
+                why = refusal(new)
                 if why is not None:
                     self._error(400, why)
                     return
-                pool.setdefault("locations", list(CLUSTER_ZONES))
-                pool.update(status=POOL_STATUS["PROVISIONING"], selfLink=full)
-                server.pools[full] = pool
+                new.setdefault("locations", list(CLUSTER_ZONES))
+                new.update(status=POOL_STATUS["PROVISIONING"], selfLink=full)
+                server.pools[full] = new
                 if failure_stockout:
                     server.stockouts.add(full)
                 self._send(

@@ -23,7 +23,7 @@ from burst.cloud.provider import (
     Throttled,
 )
 from burst.model import OfferKey
-from providers.azure import AzureProvider, cloud_name, to_agent_pool
+from providers.azure import AzureProvider, cloud_name, map_error, to_agent_pool
 from tests.fakes.arm import ArmFake, Failure
 
 OFFER = OfferKey("azure", "eastus", "Standard_NC6s_v3", "spot", "V100", 1)
@@ -60,7 +60,6 @@ def provider(fake: ArmFake, waits: list[float] | None = None) -> AzureProvider:
         offers=lambda: list(catalog.shipped()),
         client=client,
         sleep=(waits.append if waits is not None else lambda s: None),
-        polling_interval=0,
     )
 
 
@@ -88,17 +87,29 @@ def test_translation_is_pure_and_fits_aks_rules() -> None:
     assert len(name) <= 12 and name.isalnum() and name[0].isalpha()
 
 
+def settled(azure: AzureProvider, name: str) -> Any:
+    """The pool once its operation is done (time passes with each request to ARM)."""
+    for _ in range(10):
+        pool = azure.get_pool(name)
+        if pool.phase not in ("creating", "resizing", "deleting"):
+            return pool
+    raise AssertionError(f"{name} did not settle")
+
+
 def test_pool_lifecycle(arm: ArmFake) -> None:
+    """Long-running operations are started, not waited for: the PUT returns Creating."""
     azure = provider(arm)
     created = azure.create_pool(spec(), "tok-1")
     assert (created.name, created.phase, created.nodes, created.capacity) == (
         spec().name,
-        "ready",
+        "creating",
         2,
         "spot",
     )
-    assert set(arm.tokens) == {"test-token"}
-    assert azure.resize_pool(created.name, 5).nodes == 5
+    assert not [t for t in arm.tokens if t != "test-token"]
+    assert settled(azure, created.name).phase == "ready"
+    assert azure.resize_pool(created.name, 5).phase == "resizing"
+    assert settled(azure, created.name).nodes == 5
     assert (
         arm.pools[f"{POOLS}/{cloud_name(spec().name)}"]["properties"]["scaleSetPriority"] == "Spot"
     )
@@ -107,7 +118,7 @@ def test_pool_lifecycle(arm: ArmFake) -> None:
     azure.delete_pool(created.name)
     azure.delete_pool(created.name)
     with pytest.raises(PoolNotFound):
-        azure.get_pool(created.name)
+        settled(azure, created.name)
 
 
 def test_create_again_yields_one_pool_and_never_changes_it(arm: ArmFake) -> None:
@@ -117,15 +128,41 @@ def test_create_again_yields_one_pool_and_never_changes_it(arm: ArmFake) -> None
     assert again.nodes == 2 and len(arm.pools) == 1
 
 
-def test_a_create_whose_polling_failed_is_found(arm: ArmFake) -> None:
+def test_a_second_put_while_the_first_runs_is_a_wait_not_a_quota(arm: ArmFake) -> None:
+    """A polling error re-sent the whole PUT, which AKS answers 409 OperationNotAllowed while
+    its operation runs; that was taken for a permanent quota error while Azure went on creating
+    the pool. Nothing is polled now, and the 409 is a wait."""
+    arm.polls_to_done = 10
     azure = provider(arm)
-    arm.fail(
-        Failure(
-            "GET", "/operations/op-1", status=503, code="ServiceUnavailable", message="try later"
+    azure.create_pool(spec(), "tok")
+    path = f"{POOLS}/{cloud_name(spec().name)}?api-version=2025-01-01"
+    client = azure._client
+    with pytest.raises(Exception, match="Another agentpool operation") as busy:
+        client.agent_pools.begin_create_or_update(
+            "ml-burst",
+            "burst-eastus",
+            cloud_name(spec().name),
+            to_agent_pool(spec(), "tok"),
+            polling=False,
         )
+    assert path and busy.value.status_code == 409  # type: ignore[attr-defined]
+    assert isinstance(
+        map_error(
+            409,
+            "OperationNotAllowed",
+            "Operation is not allowed: Another agentpool operation (b1 - Creating) is in progress, please wait",
+        ),
+        ProviderUnavailable,
     )
-    # The PUT went through; polling fails once; the retry finds the pool instead of a second PUT.
-    assert azure.create_pool(spec(), "tok").name == spec().name
+    assert isinstance(
+        map_error(
+            409,
+            "OperationNotAllowed",
+            "Operation could not be completed as it results in exceeding approved Total Regional Cores quota",
+        ),
+        QuotaExceeded,
+    )
+    assert azure.create_pool(spec(), "tok").name == spec().name  # found, not put again
     assert len(arm.pools) == 1
 
 
@@ -158,7 +195,10 @@ def test_pools_without_our_owner_tag_are_left_alone(arm: ArmFake) -> None:
             Failure(
                 "PUT",
                 "",
-                operation_error=("AllocationFailed", "Allocation failed for Standard_NC6s_v3"),
+                status=409,
+                code="ResourceOperationFailure",
+                message="The resource operation completed with terminal provisioning state 'Failed'.",
+                details=[{"code": "ZonalAllocationFailed", "message": "Allocation failed."}],
             ),
             CapacityUnavailable,
         ),
@@ -198,7 +238,7 @@ def test_pools_without_our_owner_tag_are_left_alone(arm: ArmFake) -> None:
             InvalidRequest,
         ),
     ],
-    ids=["allocation-failed", "sku-not-available", "quota", "throttled", "server-error", "invalid"],
+    ids=["nested-allocation", "sku-not-available", "quota", "throttled", "server-error", "invalid"],
 )
 def test_errors_map_to_typed_errors(
     arm: ArmFake, failure: Failure, expected: type[Exception]
