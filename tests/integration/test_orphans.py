@@ -14,7 +14,8 @@ from burst.amounts import Money
 from burst.clock import FakeClock
 from burst.cloud import catalog
 from burst.cloud.catalog import UnavailableOffers
-from burst.cloud.provider import PoolNotFound, PoolSpec
+from burst.cloud.provider import Pool as PoolView
+from burst.cloud.provider import PoolNotFound, PoolSpec, ProviderUnavailable
 from burst.cloud.provision import Provisioner
 from burst.kube.events import EventRecorder
 from burst.kube.observe import Observer
@@ -203,3 +204,38 @@ def test_a_pool_that_never_becomes_ready_fails_and_its_offer_is_backed_off(
         {"target": "sim-aws", "operation": "create_pool", "outcome": "ok"},
     )
     assert timed is not None and timed >= 1
+
+
+class _Refusing(SimProvider):
+    """A target whose cloud answers every delete (or every list) with an error."""
+
+    def __init__(self, *args: Any, refuse: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.refuse = refuse
+
+    def delete_pool(self, name: str) -> None:
+        if self.refuse == "delete":
+            raise ProviderUnavailable("503 ServiceUnavailable")
+        super().delete_pool(name)
+
+    def list_pools(self, owner: str) -> list[PoolView]:
+        if self.refuse == "list":
+            raise ProviderUnavailable("503 ServiceUnavailable")
+        return super().list_pools(owner)
+
+
+def test_one_target_failing_does_not_stop_collection_on_the_others(
+    kube: Any, tmp_path: Path
+) -> None:
+    reconciler, sim, _, clock = setup(kube, tmp_path)
+    kwargs: dict[str, Any] = {"cloud": "aws", "region": "eu-central-1", "offers": sim._offers}
+    broken = _Refusing(sim.world, target="a-broken", refuse="delete", **kwargs)
+    blind = _Refusing(sim.world, target="b-blind", refuse="list", **kwargs)
+    reconciler.provisioner.providers.update({"a-broken": broken, "b-blind": blind})
+    for provider, name in ((broken, "stuck"), (sim, "lost-row")):
+        provider.create_pool(
+            PoolSpec(name=name, offer=OFFER, nodes=1, owner="burst-demo", policy="p", epoch=1), "t"
+        )
+    reconciler.teardown.collect_orphans(grace=timedelta(0))
+    assert [p.name for p in sim.list_pools("burst-demo")] == []  # sim-aws collected
+    assert [p.name for p in broken.list_pools("burst-demo")] == ["stuck"]  # waits for next time
