@@ -42,8 +42,17 @@ _PHASES: Mapping[str, PoolPhase] = {
     "DELETING": "deleting",
     "CREATE_FAILED": "failed",
     "DELETE_FAILED": "failed",
-    "DEGRADED": "failed",
+    # DEGRADED is a health issue beside running nodes (a lost security group, an ASG setting): the
+    # nodes still serve, and burst counts them by what has joined the cluster.
+    "DEGRADED": "ready",
 }
+# EC2 capacity and account limits reach a managed node group as health issues, never as API errors
+# (NodegroupIssueCode in botocore's EKS model; AsgInstanceLaunchFailures carries EC2's
+# InsufficientInstanceCapacity message). While these show, the pool's launch or resize has failed.
+_LAUNCH_ISSUES = {"AsgInstanceLaunchFailures", "InstanceLimitExceeded", "InsufficientFreeAddresses"}
+# EKS's accelerated AMIs per architecture ("Use EKS-optimized accelerated AMIs for GPU instances",
+# EKS User Guide): g5g (Graviton with NVIDIA T4G) needs the ARM one.
+_ARM_FAMILIES = ("g5g.",)
 _CAPACITY_CODES = {
     "InsufficientInstanceCapacity",
     "InsufficientCapacity",
@@ -58,34 +67,41 @@ _THROTTLE_CODES = {
 }
 
 
+def ami_type(instance_type: str) -> str:
+    """EKS's accelerated AL2023 AMI type for an NVIDIA instance type (pure)."""
+    if instance_type.startswith(_ARM_FAMILIES):
+        return "AL2023_ARM_64_NVIDIA"
+    return "AL2023_x86_64_NVIDIA"
+
+
 def to_request(
     spec: PoolSpec,
     token: str,
     cluster: str,
-    node_role_arn: str | None,
+    node_role_arn: str,
     subnets: list[str],
-    ami_type: str,
+    ami: str | None = None,
 ) -> dict[str, Any]:
     """The CreateNodegroup request for `spec` (pure)."""
-    request: dict[str, Any] = {
+    return {
         "clusterName": cluster,
         "nodegroupName": spec.name,
         "scalingConfig": {"minSize": 0, "maxSize": max(spec.nodes, 1), "desiredSize": spec.nodes},
         "subnets": subnets,
         "instanceTypes": [spec.offer.instance_type],
-        "amiType": ami_type,
+        "amiType": ami or ami_type(spec.offer.instance_type),
         "capacityType": "SPOT" if spec.offer.capacity == "spot" else "ON_DEMAND",
         "labels": spec.node_labels(),
         "taints": [
             {"key": t.key, "value": t.value, "effect": _EFFECTS[t.effect]}
             for t in spec.node_taints()
         ],
+        # These tag the node group only: EKS does not pass them on to its instances. Bills match
+        # instances by the tags EKS adds itself (aws:eks:cluster-name, eks:nodegroup-name).
         "tags": spec.tags(token),
         "clientRequestToken": token,
+        "nodeRole": node_role_arn,
     }
-    if node_role_arn:
-        request["nodeRole"] = node_role_arn
-    return request
 
 
 def to_pool(nodegroup: Mapping[str, Any]) -> Pool:
@@ -94,9 +110,12 @@ def to_pool(nodegroup: Mapping[str, Any]) -> Pool:
     issues = (nodegroup.get("health") or {}).get("issues") or []
     message = "; ".join(f"{i.get('code')}: {i.get('message')}" for i in issues)
     scaling = nodegroup.get("scalingConfig") or {}
+    phase = _PHASES.get(str(nodegroup.get("status")), "failed")
+    if phase in ("creating", "resizing") and any(i.get("code") in _LAUNCH_ISSUES for i in issues):
+        phase = "failed"
     return Pool(
         name=tags.get(TAG_POOL, nodegroup["nodegroupName"]),
-        phase=_PHASES.get(str(nodegroup.get("status")), "failed"),
+        phase=phase,
         nodes=int(scaling.get("desiredSize", 0)),
         instance_type=(nodegroup.get("instanceTypes") or [""])[0],
         capacity="spot" if nodegroup.get("capacityType") == "SPOT" else "on-demand",
@@ -118,10 +137,13 @@ def map_error(
         return CapacityUnavailable(message)
     if code in ("ResourceLimitExceededException", "ServiceQuotaExceededException"):
         return QuotaExceeded(message)
+    if code == "ResourceInUseException":
+        # 409: an update is running on the node group (or the name is taken, which create_pool
+        # resolves by describing it). Either way, later is the answer.
+        return ProviderUnavailable(f"{code}: {message}")
     if code in (
         "InvalidParameterException",
         "InvalidRequestException",
-        "ResourceInUseException",
         "AccessDeniedException",
         "UnauthorizedOperation",
     ):
@@ -143,9 +165,9 @@ class AwsProvider:
         region: str,
         cluster: str,
         offers: Callable[[], list[Offer]],
-        node_role_arn: str | None = None,
-        subnets: list[str] | None = None,
-        ami_type: str = "AL2023_x86_64_NVIDIA",
+        node_role_arn: str,
+        subnets: list[str],
+        ami_type: str | None = None,
         profile: str | None = None,
         endpoint_url: str | None = None,
         client: Any = None,
@@ -159,7 +181,7 @@ class AwsProvider:
             region, offers, SystemClock(), profile=profile, endpoint_url=endpoint_url
         )
         self._offers = offers
-        self._node_role_arn, self._subnets, self._ami_type = node_role_arn, subnets or [], ami_type
+        self._node_role_arn, self._subnets, self._ami_type = node_role_arn, subnets, ami_type
         self._throttle = throttle or TokenBucket(rate=5, burst=10)
         self._sleep = sleep
         self._profile, self._endpoint_url, self._read_timeout = profile, endpoint_url, read_timeout
@@ -190,6 +212,7 @@ class AwsProvider:
             BotoCoreError,
             ClientError,
             NoCredentialsError,
+            ParamValidationError,
             ProfileNotFound,
         )
 
@@ -211,6 +234,8 @@ class AwsProvider:
                 ) from None
             except NoCredentialsError:
                 raise InvalidRequest("no AWS credentials found in the standard chain") from None
+            except ParamValidationError as exc:  # refused before sending: never right on a retry
+                raise InvalidRequest(f"EKS {operation}: {exc}") from None
             except BotoCoreError as exc:
                 raise ProviderUnavailable(f"EKS {operation}: {exc.__class__.__name__}") from None
 

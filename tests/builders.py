@@ -15,7 +15,11 @@ TARGETS: list[dict[str, Any]] = [
         "name": "aws-euc1",
         "provider": "aws",
         "region": "eu-central-1",
-        "aws": {"clusterName": "c"},
+        "aws": {
+            "clusterName": "c",
+            "nodeRoleArn": "arn:aws:iam::123456789012:role/nodes",
+            "subnetIds": ["subnet-1"],
+        },
         "provisioningEstimate": "10m",
     },
     {

@@ -12,6 +12,7 @@ import csv
 import fnmatch
 import heapq
 import io
+import re
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -183,6 +184,39 @@ def _emit(cloud: Cloud, acc: Mapping[_AccKey, _Acc]) -> Iterator[Offer]:
         )
 
 
+# Instance types the price lists sell that the managed service does not run as NVIDIA GPU nodes,
+# and why; `offers_from_rows` leaves them out.
+UNRUNNABLE: Mapping[Cloud, tuple[tuple[str, str], ...]] = {
+    "aws": (
+        # AMD Radeon Pro V520: in no EKS accelerated AMI (EKS User Guide, "Use EKS-optimized
+        # accelerated AMIs for GPU instances"; awslabs/amazon-eks-ami#1364 asks for the drivers).
+        (r"g4ad\..*", "AMD GPUs: no EKS accelerated AMI"),
+        # "P2 instances aren't supported on Amazon EKS because they require NVIDIA driver version
+        # 470 or earlier" (EKS User Guide, eks-optimized-ami).
+        (r"p2\..*", "needs NVIDIA driver 470 or earlier, which EKS AMIs do not ship"),
+    ),
+    "azure": (
+        # NC (K80) and NV (M60) retired on 6 September 2023 (Azure's NC/NV retirement notices).
+        (r"Standard_N[CV]\d+r?(_Promo)?", "retired (K80/M60)"),
+        # NCv3 (V100) retired on 30 September 2025 (ncv3-nc6s-nc12s-nc24s-retirement).
+        (r"Standard_NC\d+r?s_v3", "retired (NCv3)"),
+        # "The NVv4 series (based on AMD GPUs) isn't supported" (AKS, use-nvidia-gpu).
+        (r"Standard_NV\d+as_v4", "AMD GPUs: not supported by AKS"),
+        # NV sizes get the GRID (graphics) driver, not CUDA (AKS, use-windows-gpu; the GPU health
+        # check's GRID licence check for NVadsA10 v5): NVv3 and NVadsA10 v5 are VDI sizes.
+        (r"Standard_NV\d+s_v3|Standard_NV\d+adm?s_A10_v5", "GRID (graphics) driver only"),
+    ),
+}
+
+
+def unrunnable(cloud: Cloud, instance_type: str) -> str | None:
+    """Why the managed service does not run `instance_type` as an NVIDIA GPU node, or None."""
+    for pattern, why in UNRUNNABLE.get(cloud, ()):
+        if re.fullmatch(pattern, instance_type):
+            return why
+    return None
+
+
 def offers_from_rows(cloud: Cloud, rows: Iterable[Mapping[str, str]]) -> list[Offer]:
     """Turn price rows of one cloud (source or shipped columns) into region-level Offers."""
     acc: dict[_AccKey, _Acc] = {}
@@ -190,7 +224,7 @@ def offers_from_rows(cloud: Cloud, rows: Iterable[Mapping[str, str]]) -> list[Of
         return _gcp_offers(rows)
     for row in rows:
         gpus = _count(row["AcceleratorCount"])
-        if not row["AcceleratorName"] or gpus is None:
+        if not row["AcceleratorName"] or gpus is None or unrunnable(cloud, row["InstanceType"]):
             continue
         zone = row.get("AvailabilityZone", "")
         vcpus, memory = float(row["vCPUs"]), float(row["MemoryGiB"])

@@ -237,16 +237,19 @@ class Provisioner:
             row.ready_at = now
             self.backoffs.recovered(session, self.spec(row).offer)
             _event(session, row, "ready", pool.nodes, now, None, self.epoch)
-        elif pool.phase == "failed":
-            self.backoffs.mark(session, self.spec(row).offer)
-            _event(session, row, "failed", 0, now, pool.message, self.epoch)
-        elif now - row.created_at > self.launch_timeout(row):
-            # Never became ready: give up on it, back the offer off, and let the pool go.
+        else:
             waited = now - row.created_at
+            if pool.phase == "failed":
+                reason = pool.message or "the cloud reports the launch failed"
+            elif waited > self.launch_timeout(row):
+                reason = f"not ready after {int(waited.total_seconds())} s (launch timeout)"
+            else:
+                return
+            # Give up on it, back the offer off, and let the pool go: a failed node group or a
+            # pool running with errors may still hold billed nodes. Orphan collection retries.
             self.backoffs.mark(session, self.spec(row).offer)
-            reason = f"not ready after {int(waited.total_seconds())} s (launch timeout)"
             log.warning("pool %s failed: %s", row.name, reason)
-            _event(session, row, "failed", row.nodes_desired, now, reason, self.epoch)
+            _event(session, row, "failed", pool.nodes, now, reason, self.epoch)
             try:
                 self.call(row.target, "delete_pool", row.name)
             except ProviderError as exc:

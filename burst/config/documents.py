@@ -137,10 +137,20 @@ class AwsCluster(Strict):
     """An EKS cluster; credentials from the AWS chain, optionally a named profile or a role."""
 
     cluster_name: str
-    node_role_arn: str | None = None
-    subnet_ids: list[str] = []
+    # CreateNodegroup requires both (botocore's EKS service model lists them as required).
+    node_role_arn: str
+    subnet_ids: list[str] = Field(min_length=1)
     profile: str | None = None  # a named profile; it may assume a role (role_arn in ~/.aws/config)
-    ami_type: str = "AL2023_x86_64_NVIDIA"
+    ami_type: str | None = (
+        None  # None: EKS's accelerated AL2023 AMI for the instance's architecture
+    )
+
+    @field_validator("node_role_arn")
+    @classmethod
+    def _role_arn(cls, arn: str) -> str:
+        if not re.fullmatch(r"arn:aws[\w-]*:iam::\d{12}:role/.+", arn):
+            raise ValueError(f"{arn!r} is not an IAM role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
+        return arn
 
 
 class GcpCluster(Strict):

@@ -28,6 +28,7 @@ from burst.config.documents import (
 from burst.config.selectors import selectors_overlap
 from burst.config.yamlsource import Document, Position, YamlSyntaxError, load_documents
 from burst.config.yamlsource import Path as DocPath
+from burst.durations import format_duration
 from burst.model import Cloud
 
 
@@ -220,7 +221,26 @@ def _check_references(
                         ("spec", "targets", i, "region"),
                         f"unknown {t.cloud} region {t.region!r}; known: {', '.join(sorted(known))}",
                     )
+        if isinstance(m, ServiceConfig):
+            for i, t in enumerate(m.spec.targets):
+                # A GKE cluster's location is its region or one of its zones; pools go where it is.
+                where = t.gcp.location if t.gcp else t.region
+                if where != t.region and not where.startswith(f"{t.region}-"):
+                    report(
+                        p,
+                        ("spec", "targets", i, "gcp", "location"),
+                        f"cluster location {where!r} is not in the target's region {t.region!r}",
+                    )
         elif isinstance(m, BurstPolicy):
+            spec = m.spec
+            if spec.teardown.max_lifetime < spec.defaults.expected_runtime:
+                report(
+                    p,
+                    ("spec", "teardown", "maxLifetime"),
+                    f"shorter than spec.defaults.expectedRuntime "
+                    f"({format_duration(spec.defaults.expected_runtime)}): a job of the default "
+                    "length would lose its pool before it ends",
+                )
             if service is not None:
                 for i, name in enumerate(m.spec.placement.targets):
                     if name not in targets:

@@ -51,6 +51,14 @@ class Proxy(ThreadingHTTPServer):
                     return rule
         return None
 
+    def intercept(self, method: str, path: str, body: bytes) -> tuple[int, bytes] | None:
+        """An answer instead of forwarding (subclasses that add a rule upstream lacks)."""
+        return None
+
+    def rewrite(self, method: str, path: str, status: int, body: bytes) -> bytes:
+        """The upstream answer as the client sees it (subclasses that change what it says)."""
+        return body
+
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
@@ -68,6 +76,10 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         rule = self.server.take(self.command, self.path, body)
+        if rule is None and (own := self.server.intercept(self.command, self.path, body)):
+            status, data = own
+            self._answer(status, data, {"Content-Type": "application/json"})
+            return
         if rule is not None and rule.status is not None:
             self._answer(
                 rule.status, rule.body, rule.headers or {"Content-Type": "application/json"}
@@ -91,8 +103,9 @@ class _Handler(BaseHTTPRequestHandler):
             if k.lower() not in ("content-length", "transfer-encoding", "connection")
         }
         # The client may have given up waiting: that was the point.
+        data = self.server.rewrite(self.command, self.path, upstream.status, upstream.data)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self._answer(upstream.status, upstream.data, answer_headers)
+            self._answer(upstream.status, data, answer_headers)
 
     def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
         self.send_response(status)

@@ -62,7 +62,7 @@ def test_a_failed_refresh_keeps_the_last_known_good_prices(aws_env: Any, moto_ur
         live.refresh()
         fake.down = True
         problems = live.refresh()
-        assert problems == ["on-demand prices (at g4ad.16xlarge): ServiceUnavailableException"]
+        assert problems == ["on-demand prices (at g4dn.12xlarge): ServiceUnavailableException"]
         p3 = next(
             o
             for o in live.offers()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -21,6 +22,7 @@ from burst.cloud.provider import (
 )
 from burst.model import TAG_OWNER, OfferKey
 from providers.aws import AwsProvider
+from tests.fakes.eks import EksLayer
 from tests.fakes.proxy import Proxy, Rule
 
 REGION = "eu-central-1"
@@ -68,8 +70,15 @@ def spec(name: str = "aws-euc1-p3-2xlarge-od-1", nodes: int = 2) -> PoolSpec:
     )
 
 
-def test_pool_lifecycle(eks: Any, moto_url: str) -> None:
-    aws = provider(moto_url)
+@pytest.fixture
+def layer(eks: Any, moto_url: str) -> Iterator[EksLayer]:
+    fake = EksLayer(moto_url)
+    yield fake
+    fake.stop()
+
+
+def test_pool_lifecycle(eks: Any, layer: EksLayer) -> None:
+    aws = provider(layer.url)
     created = aws.create_pool(spec(), token="tok-1")
     assert (created.name, created.nodes, created.instance_type, created.capacity) == (
         "aws-euc1-p3-2xlarge-od-1",
@@ -85,8 +94,14 @@ def test_pool_lifecycle(eks: Any, moto_url: str) -> None:
     assert described["taints"] == [
         {"key": "burst.dev/pool", "value": created.name, "effect": "NO_SCHEDULE"}
     ]
-    assert aws.get_pool(created.name).phase == "ready"  # moto's node groups are ACTIVE at once
-    assert aws.resize_pool(created.name, 5).nodes == 5
+    assert described["amiType"] == "AL2023_x86_64_NVIDIA"
+    assert described["nodeRole"] == "arn:aws:iam::123456789012:role/nodes"
+    assert aws.get_pool(created.name).phase == "creating"
+    assert aws.get_pool(created.name).phase == "ready"
+    resized = aws.resize_pool(created.name, 5)
+    assert (resized.nodes, resized.phase) == (5, "resizing")  # EKS: UPDATING until the update ends
+    assert aws.get_pool(created.name).phase == "resizing"
+    assert aws.get_pool(created.name).phase == "ready"
     assert [p.name for p in aws.list_pools("site-a")] == [created.name]
     aws.delete_pool(created.name)
     aws.delete_pool(created.name)  # again: no error
@@ -203,3 +218,64 @@ def test_capacity_error_in_the_message_is_capacity() -> None:
         ),
         CapacityUnavailable,
     )
+
+
+def test_capacity_shows_as_health_issues_while_creating(eks: Any, layer: EksLayer) -> None:
+    """EC2 capacity never comes back from CreateNodegroup: the node group stays CREATING with an
+    AsgInstanceLaunchFailures health issue, then CREATE_FAILED. The issue is the failure."""
+    aws = provider(layer.url)
+    created = aws.create_pool(spec(), token="t")
+    layer.script(created.name).launch_failure = (
+        "Could not launch On-Demand Instances. InsufficientInstanceCapacity - We currently do not "
+        "have sufficient p3.2xlarge capacity in the Availability Zone you requested."
+    )
+    seen = aws.get_pool(created.name)
+    assert seen.phase == "failed" and "InsufficientInstanceCapacity" in seen.message
+    assert "AsgInstanceLaunchFailures" in seen.message
+
+
+def test_degraded_with_nodes_is_not_failed(eks: Any, layer: EksLayer) -> None:
+    aws = provider(layer.url)
+    created = aws.create_pool(spec(), token="t")
+    layer.script(created.name).creating = 0
+    layer.script(created.name).degraded = True
+    seen = aws.get_pool(created.name)
+    assert (seen.phase, seen.nodes) == ("ready", 2)
+    assert "Ec2SecurityGroupNotFound" in seen.message
+
+
+def test_a_second_resize_during_an_update_is_a_wait(eks: Any, layer: EksLayer) -> None:
+    layer.updating = 10
+    aws = provider(layer.url, sleep=lambda _: None)
+    created = aws.create_pool(spec(), token="t")
+    layer.script(created.name).creating = 0
+    aws.resize_pool(created.name, 3)
+    with pytest.raises(ProviderUnavailable, match="ResourceInUseException"):
+        aws.resize_pool(created.name, 4)
+
+
+def test_graviton_gpus_get_the_arm_ami(eks: Any, layer: EksLayer) -> None:
+    aws = provider(layer.url)
+    arm = spec("aws-euc1-g5g-xlarge-od-1")
+    arm = PoolSpec(
+        name=arm.name,
+        offer=OfferKey("aws", REGION, "g5g.xlarge", "on-demand", "T4G", 1),
+        nodes=1,
+        owner="site-a",
+        policy="ml",
+        epoch=3,
+    )
+    aws.create_pool(arm, token="t")
+    described = eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=arm.name)["nodegroup"]
+    assert described["amiType"] == "AL2023_ARM_64_NVIDIA"
+
+
+def test_a_request_botocore_refuses_is_permanent_not_retried(eks: Any, moto_url: str) -> None:
+    """botocore validates against the service model before sending (a negative desiredSize, a
+    missing nodeRole): that was a BotoCoreError, taken for an outage and retried for ever."""
+    waits: list[float] = []
+    aws = provider(moto_url, sleep=waits.append)
+    created = aws.create_pool(spec(), token="t")
+    with pytest.raises(InvalidRequest, match="desiredSize"):
+        aws.resize_pool(created.name, -1)
+    assert waits == []

@@ -26,7 +26,7 @@ from burst.model import OfferKey
 from providers.azure import AzureProvider, cloud_name, map_error, to_agent_pool
 from tests.fakes.arm import ArmFake, Failure
 
-OFFER = OfferKey("azure", "eastus", "Standard_NC6s_v3", "spot", "V100", 1)
+OFFER = OfferKey("azure", "eastus", "Standard_NC4as_T4_v3", "spot", "T4", 1)
 POOLS = "/subscriptions/sub-1/resourceGroups/ml-burst/providers/Microsoft.ContainerService/managedClusters/burst-eastus/agentPools"
 
 
@@ -77,7 +77,7 @@ def spec(name: str = "azure-eastus-standard-nc6s-v3-spot-1", nodes: int = 2) -> 
 
 def test_translation_is_pure_and_fits_aks_rules() -> None:
     body = to_agent_pool(spec(), "tok")["properties"]
-    assert body["vmSize"] == "Standard_NC6s_v3" and body["count"] == 2
+    assert body["vmSize"] == "Standard_NC4as_T4_v3" and body["count"] == 2
     assert body["scaleSetPriority"] == "Spot" and body["scaleSetEvictionPolicy"] == "Delete"
     assert body["spotMaxPrice"] == 0.95
     # burst's own taint; AKS adds its spot taint to spot nodes itself.

@@ -72,6 +72,8 @@ def aws(moto_url: str, monkeypatch: pytest.MonkeyPatch) -> AwsProvider:
         region="eu-central-1",
         cluster="burst-euc1",
         offers=lambda: list(catalog.shipped()),
+        node_role_arn="arn:aws:iam::123456789012:role/nodes",
+        subnets=["subnet-1"],
         endpoint_url=moto_url,
     )
 

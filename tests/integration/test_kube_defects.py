@@ -376,7 +376,7 @@ def test_a_copy_runs_on_an_aks_spot_node_which_aks_taints_itself(
 
     spot = PoolSpec(
         name="azure-spot-pool",
-        offer=OfferKey("azure", "eastus", "Standard_NC6s_v3", "spot", "V100", 1),
+        offer=OfferKey("azure", "eastus", "Standard_NC4as_T4_v3", "spot", "T4", 1),
         nodes=1,
         owner="site-a",
         policy="p",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -227,7 +228,7 @@ class _Refusing(SimProvider):
 def test_one_target_failing_does_not_stop_collection_on_the_others(
     kube: Any, tmp_path: Path
 ) -> None:
-    reconciler, sim, _, clock = setup(kube, tmp_path)
+    reconciler, sim, _, _ = setup(kube, tmp_path)
     kwargs: dict[str, Any] = {"cloud": "aws", "region": "eu-central-1", "offers": sim._offers}
     broken = _Refusing(sim.world, target="a-broken", refuse="delete", **kwargs)
     blind = _Refusing(sim.world, target="b-blind", refuse="list", **kwargs)
@@ -239,3 +240,32 @@ def test_one_target_failing_does_not_stop_collection_on_the_others(
     reconciler.teardown.collect_orphans(grace=timedelta(0))
     assert [p.name for p in sim.list_pools("burst-demo")] == []  # sim-aws collected
     assert [p.name for p in broken.list_pools("burst-demo")] == ["stuck"]  # waits for next time
+
+
+def test_a_launch_the_cloud_calls_failed_is_let_go_at_once(kube: Any, tmp_path: Path) -> None:
+    """A CREATE_FAILED node group, a GKE pool running with errors: the cloud says the launch
+    failed while nodes may still be billed. The pool fails, its offer backs off, and it is
+    deleted then, not left for orphan collection."""
+    reconciler, sim, sessions, clock = setup(kube, tmp_path)
+    sim.world.settings = replace(sim.world.settings, failure_rate=1.0)
+    with sessions() as s:
+        reconciler.provisioner.create(
+            s,
+            CreatePool(
+                "doomed",
+                "sim-aws",
+                "demo-training",
+                OFFER,
+                1,
+                Money.of("3.06", "USD"),
+                "test",
+                Money.of("1", "USD"),
+            ),
+        )
+        clock.advance(timedelta(minutes=30))
+        reconciler.provisioner.refresh(s)
+        row = s.scalar(select(Pool).where(Pool.name == "doomed"))
+        assert row is not None and row.state == "failed"
+        assert "simulated launch failure" in (row.state_reason or "")
+    assert OFFER in reconciler.unavailable.current()
+    assert sim.list_pools("burst-demo") == []

@@ -83,7 +83,7 @@ def planned(
         target=TARGET,
         provider="azure",
         region="eastus",
-        instance_type="Standard_NC6s_v3",
+        instance_type="Standard_NC4as_T4_v3",
         capacity="on-demand",
         accelerator="V100",
         gpus_per_node=8,

@@ -11,7 +11,7 @@ from burst.amounts import Money
 from burst.clock import FakeClock
 from burst.cloud import catalog
 from burst.config import CatalogOverrides, ExcludeRule, PriceOverride
-from burst.model import Offer
+from burst.model import Cloud, Offer
 from tests.conftest import ROOT, SHARED
 
 SHIPPED = catalog.shipped()
@@ -91,9 +91,8 @@ def test_gcp_n1_hosts_respect_the_vcpu_limit_per_gpu_count() -> None:
     [
         ("aws", "p3.2xlarge", "us-east-1", "3.06"),
         ("gcp", "n1-standard-1", "us-central1", "2.5275"),
-        ("azure", "Standard_NC6s_v3", "eastus", "3.06"),
     ],
-    ids=["aws-p3.2xlarge", "gcp-n1-standard-1-plus-V100", "azure-NC6s_v3"],
+    ids=["aws-p3.2xlarge", "gcp-n1-standard-1-plus-V100"],
 )
 def test_cheapest_single_v100_on_demand_per_cloud(
     cloud: str, instance: str, region: str, price: str
@@ -125,10 +124,45 @@ def test_query_filters_compose() -> None:
 
 
 def test_aws_spot_price_is_the_highest_zone_price() -> None:
-    # g4ad.16xlarge in eu-central-1: spot 1.4954 in euc1-az2, 0.7443 in euc1-az3 (source rows).
-    offer = _one("aws", "eu-central-1", "g4ad.16xlarge", "spot")
-    assert offer.hourly == Money.of("1.4954", "USD")
-    assert offer.zones == ("euc1-az2", "euc1-az3")
+    # g4dn.xlarge in eu-central-1: spot 0.2674, 0.2670 and 0.2737 in its three zones (source rows).
+    offer = _one("aws", "eu-central-1", "g4dn.xlarge", "spot")
+    assert offer.hourly == Money.of("0.2737", "USD")
+    assert offer.zones == ("euc1-az1", "euc1-az2", "euc1-az3")
+
+
+@pytest.mark.parametrize(
+    ("cloud", "instance", "why"),
+    [
+        ("aws", "g4ad.16xlarge", "AMD GPUs: no EKS accelerated AMI"),
+        ("aws", "p2.xlarge", "needs NVIDIA driver 470"),
+        ("azure", "Standard_NC6", "retired (K80/M60)"),
+        ("azure", "Standard_NV24_Promo", "retired (K80/M60)"),
+        ("azure", "Standard_NC6s_v3", "retired (NCv3)"),
+        ("azure", "Standard_NV16as_v4", "AMD GPUs: not supported by AKS"),
+        ("azure", "Standard_NV36ads_A10_v5", "GRID"),
+        ("azure", "Standard_NV12s_v3", "GRID"),
+    ],
+)
+def test_offers_the_managed_service_cannot_run_are_left_out(
+    cloud: Cloud, instance: str, why: str
+) -> None:
+    assert (catalog.unrunnable(cloud, instance) or "").startswith(why)
+    assert not [o for o in SHIPPED if o.instance_type == instance]
+
+
+@pytest.mark.parametrize(
+    ("cloud", "instance"),
+    [
+        ("aws", "g4dn.xlarge"),
+        ("aws", "g5g.xlarge"),
+        ("azure", "Standard_NC4as_T4_v3"),
+        ("azure", "Standard_ND96asr_v4"),
+        ("azure", "Standard_NC24ads_A100_v4"),
+    ],
+)
+def test_nvidia_sizes_the_service_runs_stay(cloud: Cloud, instance: str) -> None:
+    assert catalog.unrunnable(cloud, instance) is None
+    assert [o for o in SHIPPED if o.instance_type == instance]
 
 
 def test_offers_without_a_price_are_not_offered() -> None:

@@ -182,7 +182,7 @@ spec:
     - name: aws
       provider: aws
       region: eu-central-1
-      aws: {clusterName: c, nodeRoleArn: "arn:aws:iam::1:role/n", subnetIds: [s-1]}
+      aws: {clusterName: c, nodeRoleArn: "arn:aws:iam::123456789012:role/n", subnetIds: [s-1]}
       kubernetes: {fromCloud: true, kubeconfig: /etc/k}
 """
     (tmp_path / "burst.yaml").write_text(service)
@@ -191,3 +191,32 @@ spec:
     text = str(bad.value)
     assert "kubernetes.fromCloud needs a cloud provider" in text
     assert "set one of inCluster, kubeconfig and fromCloud" in text
+
+
+def test_an_eks_target_needs_the_node_role_and_subnets_eks_requires(tmp_path: Path) -> None:
+    """CreateNodegroup requires nodeRole and subnets; without them every create failed in botocore
+    before it was sent, and was retried for ever."""
+    (tmp_path / "burst.yaml").write_text(
+        """apiVersion: burst.dev/v1
+kind: ServiceConfig
+metadata: {name: s}
+spec:
+  installationId: site
+  targets:
+    - name: aws
+      provider: aws
+      region: eu-central-1
+      aws: {clusterName: c, nodeRoleArn: nodes}
+"""
+    )
+    with pytest.raises(ConfigError) as bad:
+        load([tmp_path])
+    lines = str(bad.value).splitlines()
+    assert any(
+        line.endswith("burst.yaml:10:12: spec.targets[0].aws.subnetIds: required field is missing")
+        for line in lines
+    ), lines
+    assert any(
+        "burst.yaml:10:42: spec.targets[0].aws.nodeRoleArn: 'nodes' is not an IAM role" in line
+        for line in lines
+    ), lines

@@ -103,7 +103,7 @@ def test_azure_answer_and_errors() -> None:
             "id": "/x",
             "properties": {
                 "count": 4,
-                "vmSize": "Standard_NC6s_v3",
+                "vmSize": "Standard_NC4as_T4_v3",
                 "provisioningState": "Updating",
                 "scaleSetPriority": "Spot",
                 "tags": {"burst-pool": "logical", "burst-owner": "site-a"},
