@@ -53,6 +53,14 @@ _LAUNCH_ISSUES = {"AsgInstanceLaunchFailures", "InstanceLimitExceeded", "Insuffi
 # EKS's accelerated AMIs per architecture ("Use EKS-optimized accelerated AMIs for GPU instances",
 # EKS User Guide): g5g (Graviton with NVIDIA T4G) needs the ARM one.
 _ARM_FAMILIES = ("g5g.",)
+# EC2 limits GPU instances by vCPUs per family group ("Amazon EC2 service quotas", EC2 User Guide):
+# (first letter of the type, capacity) -> (quota code, quota name), in Service Quotas' service "ec2".
+_GPU_QUOTAS: Mapping[tuple[str, str], tuple[str, str]] = {
+    ("g", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    ("p", "on-demand"): ("L-417A185B", "Running On-Demand P instances"),
+    ("g", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+    ("p", "spot"): ("L-7212CCBC", "All P Spot Instance Requests"),
+}
 _CAPACITY_CODES = {
     "InsufficientInstanceCapacity",
     "InsufficientCapacity",
@@ -254,6 +262,52 @@ class AwsProvider:
             ca_pem=base64.b64decode(ca) if ca else None,
             token=self.cluster_token,
         )
+
+    def cluster_state(self) -> tuple[bool, str]:
+        """Whether the EKS cluster is there and active, in words (read-only)."""
+        cluster = self._call("describe_cluster", name=self.cluster)["cluster"]
+        status = cluster.get("status", "?")
+        return (
+            status == "ACTIVE",
+            f"EKS {self.cluster}: {status}, Kubernetes {cluster.get('version')}",
+        )
+
+    def gpu_quotas(self, offers: list[Offer]) -> list[tuple[bool, str]]:
+        """Each EC2 vCPU quota the offers fall under, against the smallest offer it must hold
+        (read-only; one line per quota)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        needed: dict[str, tuple[str, int, str]] = {}  # quota code -> (name, vCPUs, smallest type)
+        for o in offers:
+            quota = _GPU_QUOTAS.get((o.instance_type[0], o.capacity))
+            if quota is None or o.region != self.region:
+                continue
+            code, name = quota
+            vcpus = int(o.vcpus)
+            if code not in needed or vcpus < needed[code][1]:
+                needed[code] = (name, vcpus, o.instance_type)
+        lines = []
+        for code, (name, vcpus, smallest) in sorted(needed.items()):
+            try:
+                answer = self._quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)
+            except (BotoCoreError, ClientError) as exc:  # reported: the check reads on
+                lines.append((False, f"{name} ({code}): not readable: {_describe(exc)}"))
+                continue
+            value = int(answer["Quota"]["Value"])
+            lines.append(
+                (
+                    value >= vcpus,
+                    f"{name} ({code}): {value} vCPUs; {smallest} needs {vcpus}",
+                )
+            )
+        return lines
+
+    @property
+    def _quotas(self) -> Any:
+        import boto3
+
+        session = boto3.session.Session(profile_name=self._profile, region_name=self.region)
+        return session.client("service-quotas", endpoint_url=self._endpoint_url)
 
     def cluster_token(self) -> tuple[str, datetime]:
         import base64

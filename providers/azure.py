@@ -223,6 +223,15 @@ class AzureProvider:
             token=self.cluster_token,
         )
 
+    def cluster_state(self) -> tuple[bool, str]:
+        """Whether the AKS cluster is there and running, in words (read-only)."""
+        cluster = self._call("managed_clusters.get", self._group, self._cluster)
+        state = cluster.provisioning_state
+        power = getattr(cluster.power_state, "code", None) or "unknown"
+        return state == "Succeeded" and power == "Running", (
+            f"AKS {self._cluster}: {state}, {power}, Kubernetes {cluster.kubernetes_version}"
+        )
+
     def cluster_token(self) -> tuple[str, datetime]:
         token = self._credential.get_token(AKS_SERVER_SCOPE)
         return token.token, datetime.fromtimestamp(token.expires_on, UTC) - timedelta(minutes=1)
@@ -241,12 +250,17 @@ class AzureProvider:
                 # A begin_ call is started, not waited for: no poller thread, no pass blocked on
                 # AKS, and a polling error can never send the PUT again; later passes read it.
                 extra = {"polling": False} if method.startswith("begin_") else {}
-                result = getattr(self._aks, method)(*args, **kwargs, **extra)
+                # "managed_clusters.get": another operation group than the agent pools.
+                group, _, name = method.rpartition(".")
+                on = getattr(self._service, group) if group else self._aks
+                result = getattr(on, name)(*args, **kwargs, **extra)
                 if method.startswith("begin_"):
                     return None
                 return list(result) if method == "list" else result  # pages are fetched lazily
-            except ClientAuthenticationError:
-                raise InvalidRequest("Azure refused burst's credentials") from None
+            except ClientAuthenticationError as exc:
+                # The first line says which: none found in the chain, or refused by Entra ID.
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else "refused"
+                raise InvalidRequest(f"Azure credentials: {first}") from None
             except (ServiceRequestError, ServiceResponseError) as exc:
                 raise ProviderUnavailable(f"AKS {method}: {exc.__class__.__name__}") from None
             except HttpResponseError as exc:

@@ -257,6 +257,14 @@ class GcpProvider:
             token=self.cluster_token,
         )
 
+    def cluster_state(self) -> tuple[bool, str]:
+        """Whether the GKE cluster is there and serving, in words (read-only)."""
+        cluster = self._call("get_cluster", name=self._parent)
+        status = cluster.status.name
+        return status in ("RUNNING", "RECONCILING"), (
+            f"GKE {self._parent}: {status}, Kubernetes {cluster.current_master_version or '?'}"
+        )
+
     def cluster_token(self) -> tuple[str, datetime]:
         from google.auth import exceptions as auth_exceptions
         from google.auth.transport.requests import Request

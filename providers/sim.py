@@ -248,6 +248,9 @@ class SimProvider:
                 self._deregister(node)
             pool.deleted = True
 
+    def cluster_state(self) -> tuple[bool, str]:
+        return True, f"simulated {self.cloud} cluster in {self.region}"
+
     def list_pools(self, owner: str) -> list[Pool]:
         with self.world._lock:
             return [

@@ -1,4 +1,5 @@
-"""`burst config validate` and `burst db upgrade|check`: what an admin runs to set burst up."""
+"""`burst config validate`, `burst db upgrade|check` and `burst target check`: what an admin runs
+to set burst up."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from burst.cli.options import ConfigOption, UrlOption, fail, open_engine
+from burst.cli.options import ConfigOption, UrlOption, fail, open_engine, require_config
 
 config_app = typer.Typer(help="Check the YAML configuration documents.", no_args_is_help=True)
 db_app = typer.Typer(help="Create and check the database schema.", no_args_is_help=True)
@@ -80,3 +81,46 @@ def db_check(url: UrlOption = None, config_path: ConfigOption = None) -> None:
     except SQLAlchemyError as exc:
         raise _database_error(shown, exc) from None
     typer.echo(f"database {shown} is at revision {database.head_revision()} and matches the tables")
+
+
+target_app = typer.Typer(help="Check cloud targets before trusting them.", no_args_is_help=True)
+
+
+@target_app.command("check")
+def target_check(
+    config_path: ConfigOption = None,
+    target: Annotated[
+        list[str] | None, typer.Option("--target", "-t", help="Only these targets.")
+    ] = None,
+) -> None:
+    """Read-only: the credentials reach each target's cluster, burst may list its pools there, and
+    the cloud's GPU quotas hold the smallest shape the policies allow. Exit 1 if anything fails."""
+    import logging
+
+    import providers
+    from burst.clock import SystemClock
+    from burst.cloud import catalog
+    from burst.cloud.check import allowed_offers, check_target
+
+    # azure-identity logs every credential it tried; the finding's line says what failed.
+    logging.getLogger("azure.identity").setLevel(logging.ERROR)
+    cfg = require_config(config_path, "target check")
+    if cfg.service is None:
+        raise fail("burst target check needs a ServiceConfig in the configuration")
+    chosen = [t for t in cfg.service.spec.targets if not target or t.name in target]
+    unknown = sorted(set(target or ()) - {t.name for t in chosen})
+    if unknown:
+        raise fail(f"no target {', '.join(unknown)} in the ServiceConfig")
+    shipped = catalog.shipped()
+    built = providers.build(cfg.service, shipped, SystemClock())
+    failed = False
+    for spec in chosen:
+        offers = allowed_offers(spec, cfg, shipped)
+        for f in check_target(
+            spec.name, built[spec.name], cfg.service.spec.installation_id, offers
+        ):
+            mark = {True: "ok", False: "FAIL", None: "-"}[f.ok]
+            typer.echo(f"{mark:4} {f.target}  {f.what}: {f.detail}")
+            failed = failed or f.ok is False
+    if failed:
+        raise typer.Exit(1)

@@ -37,6 +37,10 @@ _POOL = (
 )
 
 
+_CLUSTER = (
+    r"/subscriptions/(?P<s>[^/]+)/resourceGroups/(?P<g>[^/]+)/providers/"
+    r"Microsoft\.ContainerService/managedClusters/(?P<c>[^/]+)"
+)
 _CREDENTIAL = (
     r"/subscriptions/(?P<s>[^/]+)/resourceGroups/(?P<g>[^/]+)/providers/"
     r"Microsoft\.ContainerService/managedClusters/(?P<c>[^/]+)/listClusterUserCredential"
@@ -220,6 +224,20 @@ class _Handler(BaseHTTPRequestHandler):
             )
             encoded = base64.b64encode(config.encode()).decode()
             self._send(200, {"kubeconfigs": [{"name": "clusterUser", "value": encoded}]})
+            return
+        if (m := re.fullmatch(_CLUSTER, path)) and self.command == "GET":
+            self._send(
+                200,
+                {
+                    "name": m["c"],
+                    "location": "eastus",
+                    "properties": {
+                        "provisioningState": "Succeeded",
+                        "powerState": {"code": "Running"},
+                        "kubernetesVersion": "1.32.6",
+                    },
+                },
+            )
             return
         m = re.fullmatch(_POOL, path)
         if m is None or "api-version=" not in query:
