@@ -15,6 +15,7 @@ the same before it, so a series' total is exactly its rounded integral.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -127,6 +128,66 @@ def _hours(start: datetime, until: datetime) -> Iterable[tuple[datetime, datetim
         t += HOUR
 
 
+_Series = tuple[Kind, str | None, str]
+
+
+def _hour(
+    history: PoolHistory,
+    nodes: Sequence[_Instance],
+    uses: Sequence[Use],
+    h0: datetime,
+    h1: datetime,
+) -> dict[_Series, int]:
+    """Whole GPU-seconds per series in one hour, allocated moment by moment: the hour is cut
+    wherever a node, the pool's readiness or a workload starts or ends, and in each piece the GPUs
+    then present go to provisioning (before ready), to the workloads running (scaled down when
+    they asked for more than was there, as when a spot node is lost) and the rest to idle; a
+    node's billing tail after it ended is overhead. The pieces are rounded once, by largest
+    remainder, so the lines add up to the hour's billed GPU-seconds exactly."""
+    gpn, ready = history.gpus_per_node, history.ready
+    cuts = {h0, h1}
+    for inst in nodes:
+        cuts.update(t for t in (inst.start, inst.end, inst.billed_end) if t is not None)
+    for use in uses:
+        cuts.update(t for t in (use.start, use.end) if t is not None)
+    if ready is not None:
+        cuts.add(ready)
+    points = sorted(t for t in cuts if h0 <= t <= h1)
+    exact: dict[_Series, float] = defaultdict(float)
+    overhead: _Series = ("overhead", None, history.team)
+    for a, b in itertools.pairwise(points):
+        dt = (b - a).total_seconds()
+        live = sum(1 for i in nodes if i.start <= a and (i.end is None or a < i.end)) * gpn
+        tail = sum(
+            1
+            for i in nodes
+            if i.end is not None and i.billed_end is not None and i.end <= a < i.billed_end
+        )
+        exact[overhead] += tail * gpn * dt
+        if live == 0:
+            continue
+        if ready is None or a < ready:
+            exact[overhead] += live * dt
+            continue
+        running = [u for u in uses if u.start <= a and (u.end is None or a < u.end)]
+        asked = sum(u.gpus for u in running)
+        share = min(1.0, live / asked) if asked else 0.0
+        for u in running:
+            exact[("usage", u.workload, u.team)] += u.gpus * share * dt
+        exact[("idle", None, history.team)] += max(0.0, live - asked) * dt
+    return _largest_remainder(exact)
+
+
+def _largest_remainder(exact: dict[_Series, float]) -> dict[_Series, int]:
+    """Whole numbers that add up to the rounded total, each within one of its exact value."""
+    total = round(sum(exact.values()))
+    floors = {k: math.floor(v) for k, v in exact.items()}
+    short = total - sum(floors.values())
+    for k in sorted(exact, key=lambda k: (floors[k] - exact[k], str(k)))[: max(0, short)]:
+        floors[k] += 1
+    return {k: v for k, v in floors.items() if v > 0}
+
+
 def meter(
     history: PoolHistory, uses: Sequence[Use], until: datetime, rule: BillingRule | None = None
 ) -> list[Charge]:
@@ -142,50 +203,20 @@ def meter(
     per_hour = 3600 * history.gpus_per_node  # amounts are unit_price x GPU-seconds / per_hour
     cumulative: dict[tuple[Kind, str | None], int] = defaultdict(int)
     charges: list[Charge] = []
-    ready = history.ready
     for h0, h1 in _hours(history.created, horizon):
-        capacity = 0.0  # GPU-seconds the pool had this hour
-        provisioning = 0.0
-        rounding = 0.0
-        for inst in nodes:
-            seconds = _overlap(h0, h1, inst.start, inst.end)
-            capacity += seconds * history.gpus_per_node
-            if ready is None:
-                provisioning += seconds * history.gpus_per_node
-            else:
-                provisioning += (
-                    _overlap(h0, min(h1, ready), inst.start, inst.end) * history.gpus_per_node
-                )
-            if inst.end is not None and inst.billed_end is not None:
-                rounding += _overlap(h0, h1, inst.end, inst.billed_end) * history.gpus_per_node
-        used: dict[str, float] = defaultdict(float)
-        teams: dict[str, str] = {}
-        if ready is not None and capacity > 0:
-            for use in sorted(uses, key=lambda u: (u.start, u.workload)):
-                seconds = _overlap(max(h0, ready), h1, use.start, use.end)
-                if seconds > 0:
-                    used[use.workload] += seconds * use.gpus
-                    teams[use.workload] = use.team
-            total_used = sum(used.values())
-            available = capacity - provisioning
-            if (
-                total_used > available > 0
-            ):  # more asked than the pool had: scale down to its capacity
-                used = defaultdict(float, {w: s * available / total_used for w, s in used.items()})
-        idle = max(0.0, capacity - provisioning - sum(used.values()))
-        series: list[tuple[Kind, str | None, str, float]] = [
-            ("overhead", None, history.team, provisioning + rounding),
-            ("idle", None, history.team, idle),
-            *(("usage", w, teams[w], s) for w, s in sorted(used.items())),
-        ]
+        seconds = _hour(history, nodes, uses, h0, h1)
+        order = {"overhead": 0, "idle": 1, "usage": 2}
+        series = sorted(
+            ((kind, workload, team, n) for (kind, workload, team), n in seconds.items()),
+            key=lambda c: (order[c[0]], c[1] or ""),
+        )
         for kind, workload, team, gpu_seconds in series:
-            seconds = round(gpu_seconds)
-            if seconds <= 0:
+            if gpu_seconds <= 0:
                 continue
             before = cumulative[(kind, workload)]
-            cumulative[(kind, workload)] = before + seconds
+            cumulative[(kind, workload)] = before + gpu_seconds
             price = history.unit_price_micros
-            amount = price * (before + seconds) // per_hour - price * before // per_hour
+            amount = price * (before + gpu_seconds) // per_hour - price * before // per_hour
             key = f"{history.pool}:{h0.strftime('%Y%m%dT%H')}:{kind}:{workload or '-'}"
             charges.append(
                 Charge(
@@ -196,7 +227,7 @@ def meter(
                     team,
                     h0,
                     h1,
-                    seconds,
+                    gpu_seconds,
                     amount,
                     history.currency,
                     history.unit_price_micros,
