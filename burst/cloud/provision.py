@@ -320,15 +320,8 @@ class Provisioner:
         return row
 
     def mark_deleted(self, session: Session, row: Pool) -> None:
-        _event(
-            session,
-            row,
-            "deleted",
-            0,
-            row.deleted_at or self.clock.now(),
-            row.state_reason,
-            self.epoch,
-        )
+        at = row.deleted_at or self.clock.now()
+        _event(session, row, "deleted", 0, at, row.state_reason, self.epoch)
         session.commit()
 
     def deleting(self, session: Session) -> list[Pool]:

@@ -279,6 +279,22 @@ class ServiceSpec(Strict):
     # Units of each currency per 1 USD (catalog prices are USD); needed for any policy or budget
     # that is not in USD.
     usd_exchange_rates: dict[Currency, Amount] = {}
+    # Budget periods and reports follow this IANA time zone's calendar (a month starts at local
+    # midnight on its first day).
+    time_zone: str = "UTC"
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, zone: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {zone!r} (an IANA name such as Europe/Zurich)"
+            ) from None
+        return zone
 
     @model_validator(mode="after")
     def _unique_targets(self) -> Self:

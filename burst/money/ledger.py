@@ -3,9 +3,10 @@
 Append-only: charges from meter.py are posted once each (their key is unique: posting again, or
 after a crash, adds nothing); a correction is a new row that points at the row it corrects. Money is
 integer micro-units plus an ISO 4217 code, and sums across currencies are refused without explicit
-rates. Budgets count posted rows plus held reservations; a hard budget is never exceeded by a
-reservation, even with two writers at once (PostgreSQL: an advisory lock per budget; SQLite: the
-database's single writer).
+rates. Budgets count posted rows plus what held reservations have not yet been charged; a hard
+budget is never exceeded by a reservation, even with writers at once under any isolation level
+(every reservation updates the budget's row in `budget_locks` first). Budget periods are calendar
+months, ISO weeks or days in the ServiceConfig's time zone.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import hashlib
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import field as dataclass_field
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
+from zoneinfo import ZoneInfo
 
-from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, text
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, update
 from sqlalchemy.orm import Session
 
 from burst.amounts import CurrencyError, Money
@@ -26,7 +29,7 @@ from burst.clock import Clock
 from burst.config import Config
 from burst.metrics import BUDGET_ALERTS
 from burst.money.meter import Charge
-from burst.store.tables import BudgetReservation, LedgerEntry
+from burst.store.tables import BudgetLock, BudgetReservation, LedgerEntry, Workload
 
 log = logging.getLogger(__name__)
 Period = Literal["month", "week", "day"]
@@ -49,6 +52,10 @@ class ChargeContext:
     region: str
     namespaces: Mapping[str, str]  # workload uid -> namespace
     workload_ids: Mapping[str, int]  # workload uid -> workloads.id
+    workload_names: Mapping[str, str] = dataclass_field(default_factory=dict)  # uid -> ns/name
+    instance_type: str | None = None
+    capacity: str | None = None
+    zone: str | None = None
 
 
 def post(session: Session, charges: Iterable[Charge], context: ChargeContext, clock: Clock) -> int:
@@ -74,6 +81,10 @@ def post(session: Session, charges: Iterable[Charge], context: ChargeContext, cl
             "currency": c.currency,
             "unit_price_micros": c.unit_price_micros,
             "price_source": c.price_source,
+            "workload_name": context.workload_names.get(c.workload or ""),
+            "instance_type": context.instance_type,
+            "capacity": context.capacity,
+            "zone": context.zone,
         }
         for c in charges
     ]
@@ -139,17 +150,20 @@ def correct(
     return row
 
 
-def period_bounds(period: Period, now: datetime) -> tuple[datetime, datetime]:
-    """The UTC month, ISO week or day that contains `now`."""
-    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+def period_bounds(period: Period, now: datetime, zone: str = "UTC") -> tuple[datetime, datetime]:
+    """The calendar month, ISO week or day in time zone `zone` that contains `now`, in UTC (a day
+    across a daylight-saving change is 23 or 25 hours long)."""
+    tz = ZoneInfo(zone)
+    day = now.astimezone(tz).replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
     if period == "day":
-        return day, day + timedelta(days=1)
-    if period == "week":
+        start, end = day, day + timedelta(days=1)
+    elif period == "week":
         start = day - timedelta(days=day.weekday())
-        return start, start + timedelta(days=7)
-    start = day.replace(day=1)
-    end = (start + timedelta(days=32)).replace(day=1)
-    return start, end
+        end = start + timedelta(days=7)
+    else:
+        start = day.replace(day=1)
+        end = (start + timedelta(days=32)).replace(day=1)
+    return start.replace(tzinfo=tz).astimezone(UTC), end.replace(tzinfo=tz).astimezone(UTC)
 
 
 def convert(amounts: Mapping[str, int], currency: str, usd_rates: Mapping[str, Decimal]) -> Money:
@@ -197,15 +211,40 @@ def spent(
     return {currency: int(total or 0) for currency, total in session.execute(query)}
 
 
-def held(session: Session, budget: str) -> dict[str, int]:
-    query = (
+def held(session: Session, budget: str, start: datetime, end: datetime) -> dict[str, int]:
+    """What the budget's reservations made in the period still hold, per currency: each one less
+    what its workload has been charged since it was made (its spend counts once, as posted)."""
+    rows = session.execute(
         select(
-            BudgetReservation.currency, cast(func.sum(BudgetReservation.amount_micros), BigInteger)
+            BudgetReservation.amount_micros,
+            BudgetReservation.currency,
+            BudgetReservation.created_at,
+            Workload.uid,
         )
-        .where(BudgetReservation.budget == budget, BudgetReservation.state == "held")
-        .group_by(BudgetReservation.currency)
-    )
-    return {currency: int(total or 0) for currency, total in session.execute(query)}
+        .outerjoin(Workload, Workload.id == BudgetReservation.workload_id)
+        .where(
+            BudgetReservation.budget == budget,
+            BudgetReservation.state == "held",
+            BudgetReservation.created_at >= start,
+            BudgetReservation.created_at < end,
+        )
+    ).all()
+    out: dict[str, int] = {}
+    for amount, currency, since, uid in rows:
+        charged = 0
+        if uid is not None:
+            charged = int(
+                session.scalar(
+                    select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0)).where(
+                        LedgerEntry.workload_uid == uid,
+                        LedgerEntry.currency == currency,
+                        LedgerEntry.period_end > since,
+                    )
+                )
+                or 0
+            )
+        out[currency] = out.get(currency, 0) + max(0, amount - charged)
+    return out
 
 
 @dataclass(frozen=True)
@@ -216,10 +255,19 @@ class BudgetLimit:
     amount: Money
     period: Period
     hard: bool = True
+    zone: str = "UTC"  # the time zone of its periods
+
+    def covers(self, team: str, policy: str, namespace: str) -> bool:
+        return (self.scope, self.value) in {
+            ("team", team),
+            ("policy", policy),
+            ("namespace", namespace),
+        }
 
 
 def budget_limits(cfg: Config) -> list[BudgetLimit]:
     """The configured Budgets as the ledger checks them."""
+    zone = cfg.service.spec.time_zone if cfg.service else "UTC"
     out = []
     for name, b in sorted(cfg.budgets.items()):
         scope = b.spec.scope
@@ -232,6 +280,7 @@ def budget_limits(cfg: Config) -> list[BudgetLimit]:
                 Money.of(b.spec.amount, b.spec.currency),
                 b.spec.period,
                 b.spec.enforcement == "hard",
+                zone,
             )
         )
     return out
@@ -240,11 +289,11 @@ def budget_limits(cfg: Config) -> list[BudgetLimit]:
 def used(
     session: Session, budget: BudgetLimit, now: datetime, usd_rates: Mapping[str, Decimal]
 ) -> Money:
-    start, end = period_bounds(budget.period, now)
+    start, end = period_bounds(budget.period, now, budget.zone)
     amounts: dict[str, int] = {}
     for part in (
         spent(session, budget.scope, budget.value, start, end),
-        held(session, budget.name),
+        held(session, budget.name, start, end),
     ):
         for code, micros in part.items():
             amounts[code] = amounts.get(code, 0) + micros
@@ -252,13 +301,24 @@ def used(
 
 
 def _lock(session: Session, budget: str) -> None:
-    """Serialise writers of one budget until the end of the transaction."""
-    if session.get_bind().dialect.name == "postgresql":
-        key = int.from_bytes(hashlib.sha256(budget.encode()).digest()[:8], "big", signed=True)
-        session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    """Serialise writers of one budget until the end of the transaction: update its row before
+    reading what is left. A second writer waits for the row; under READ COMMITTED it then reads
+    the first one's reservation, under REPEATABLE READ or SERIALIZABLE PostgreSQL refuses it
+    (SQLSTATE 40001) and the caller tries again. SQLite's single writer does the same."""
+    dialect = session.get_bind().dialect.name
+    insert: Any
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
     else:
-        # SQLite has one writer: take the write lock now, before reading what is left.
-        session.execute(text("UPDATE budget_reservations SET state = state WHERE 0"))
+        from sqlalchemy.dialects.sqlite import insert
+    session.execute(
+        insert(BudgetLock)
+        .values(name=budget, version=0)
+        .on_conflict_do_nothing(index_elements=["name"])
+    )
+    session.execute(
+        update(BudgetLock).where(BudgetLock.name == budget).values(version=BudgetLock.version + 1)
+    )
 
 
 def reserve(

@@ -26,6 +26,7 @@ from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import Syncer
 from burst.metrics import DECISION_SECONDS
 from burst.model import (
+    Action,
     BudgetView,
     CreatePool,
     DeletePool,
@@ -105,6 +106,9 @@ class Reconciler:
             self.provisioner.refresh(s)
             for pool in self.provisioner.deleting(s):  # a pass died while deleting it
                 self.teardown.delete_pool(s, pool.name, pool.state_reason or "deleting")
+            # Closed hours of running pools are charged now, not when the pool goes, so that
+            # budgets see them; reservations whose spend is all posted are let go.
+            self.teardown.meter_live(s)
             report = PassReport(Plan())
             self.remote.dispatch_ready(s, report.outcomes)
             self.remote.follow(s, report.outcomes)
@@ -166,7 +170,7 @@ class Reconciler:
         """Carry the plan out; returns the pools the cloud refused at once."""
         by_uid = {w.uid: w for w in self.observer.workloads()}
         refused = []
-        for action in plan.actions:
+        for action in _fresh_names(s, plan.actions):
             if isinstance(action, CreatePool):
                 if self.provisioner.create(s, action).state == "failed":
                     refused.append(action.pool)
@@ -184,11 +188,13 @@ class Reconciler:
         return refused
 
     def _record_dispatch(self, s: Session, action: Dispatch, w: WorkloadView) -> None:
-        """The dispatch intent, for the next pass to replicate once its pool is ready."""
+        """The dispatch intent, for the next pass to replicate once its pool is ready, with its
+        estimate reserved against every budget over it in the same transaction."""
         pool = s.scalar(select(Pool).where(Pool.name == action.pool))
         if pool is None:
             return
         now = self.clock.now()
+        policy = self._policy_name(w.namespace, w.labels)
         row = s.scalar(select(Workload).where(Workload.uid == w.uid))
         if row is None:
             row = Workload(
@@ -204,9 +210,27 @@ class Reconciler:
                 updated_at=now,
             )
             s.add(row)
-        row.policy = self._policy_name(w.namespace, w.labels)
-        row.state, row.state_reason, row.updated_at = "planned", action.reason, now
+        row.policy = policy
         s.flush()
+        rates = self.service.usd_exchange_rates
+        try:
+            with s.begin_nested():  # a refusal takes back this dispatch's reservations only
+                for budget in self.budgets:
+                    if budget.covers(w.team, policy, w.namespace):
+                        ledger.reserve(
+                            s,
+                            budget,
+                            action.estimated_cost,
+                            self.clock,
+                            rates,
+                            pool_id=pool.id,
+                            workload_id=row.id,
+                        )
+        except ledger.BudgetExceeded as exc:
+            log.warning("not dispatching %s/%s: %s", w.namespace, w.name, exc)
+            row.state_reason = str(exc)
+            return
+        row.state, row.state_reason, row.updated_at = "planned", action.reason, now
         attempt = 1 + len(
             list(s.scalars(select(DispatchRow).where(DispatchRow.workload_id == row.id)))
         )
@@ -240,3 +264,24 @@ class Reconciler:
             if refresh is not None:
                 problems += [f"{target}: {p}" for p in refresh()]
         return problems
+
+
+def _fresh_names(s: Session, actions: Sequence[Action]) -> list[Action]:
+    """The plan names new pools one generation past the live ones; a name a failed or deleted
+    pool once had (pool names are unique for ever: bills and the ledger find pools by them) moves
+    on to the next free generation, in the plan's dispatches too."""
+    renamed: dict[str, str] = {}
+    for a in actions:
+        if isinstance(a, CreatePool) and s.scalar(select(Pool.id).where(Pool.name == a.pool)):
+            stem, _, _ = a.pool.rpartition("-")
+            taken = set(s.scalars(select(Pool.name).where(Pool.name.startswith(f"{stem}-"))))
+            generation = 1
+            while f"{stem}-{generation}" in taken or f"{stem}-{generation}" in renamed.values():
+                generation += 1
+            renamed[a.pool] = f"{stem}-{generation}"
+    if not renamed:
+        return list(actions)
+    return [
+        replace(a, pool=renamed[a.pool]) if getattr(a, "pool", None) in renamed else a
+        for a in actions
+    ]

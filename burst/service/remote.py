@@ -146,7 +146,7 @@ class RemoteSteps:
         obj = self.local.read(w.kind, w.namespace, w.name)
         if obj is None:  # the user deleted it: the remote copy goes too
             remote.delete(w.kind, d.remote_namespace, d.remote_name)
-            d.state, w.state = "done", "cancelled"
+            d.state, w.state, d.updated_at = "done", "cancelled", self.clock.now()
             s.commit()
             return
         micros = ledger.workload_cost(s, w.uid).get("USD")
@@ -186,6 +186,7 @@ class RemoteSteps:
         if obj is not None:
             self.syncer.requeue(obj, why)
         d.state, w.state, w.state_reason = "cancelled", "requeued", why
+        d.updated_at = self.clock.now()
         out.requeued.append(f"{w.namespace}/{w.name}")
         log.warning("requeued %s/%s: %s", w.namespace, w.name, why)
         s.commit()

@@ -24,11 +24,12 @@ from burst.kube.sync import Syncer
 from burst.model import Cloud
 from burst.money import ledger
 from burst.money.meter import PoolHistory, Use, meter
+from burst.store.tables import BudgetReservation, Pool, PoolEvent, Workload
 from burst.store.tables import Dispatch as DispatchRow
-from burst.store.tables import Pool, PoolEvent, Workload
 
 log = logging.getLogger(__name__)
 ACTIVE = ("planned", "dispatched")
+LIVE_STATES = ("creating", "ready", "resizing", "draining")
 
 
 class Teardown:
@@ -107,6 +108,7 @@ class Teardown:
             if obj is not None:
                 self.syncer.requeue(obj, f"pool {row.name} was lost")
             d.state, w.state, w.state_reason = "cancelled", "requeued", f"pool {row.name} was lost"
+            d.updated_at = row.deleted_at or self.clock.now()  # it used the pool until then
         s.commit()
 
     # -- teardown and metering --
@@ -121,18 +123,62 @@ class Teardown:
             failpoints.hit("pool-metered")
             self.provisioner.mark_deleted(s, row)
 
+    def meter_live(self, s: Session) -> None:
+        """Charge the closed hours of every pool still running, and let go the reservations
+        whose dispatch has ended and whose hours are all charged."""
+        for row in s.scalars(select(Pool).where(Pool.state.in_(LIVE_STATES))).all():
+            self.meter_pool(s, row)
+        hour = self.clock.now().replace(minute=0, second=0, microsecond=0)
+        done = []
+        for r in s.scalars(select(BudgetReservation).where(BudgetReservation.state == "held")):
+            pool = s.get(Pool, r.pool_id) if r.pool_id is not None else None
+            ended = [
+                d.updated_at
+                for d in s.scalars(
+                    select(DispatchRow).where(
+                        DispatchRow.workload_id == r.workload_id, DispatchRow.pool_id == r.pool_id
+                    )
+                )
+                if d.state not in ACTIVE
+            ]
+            if pool is None or pool.state in ("deleted", "failed"):
+                done.append(r.id)  # metered to the end when it went
+            elif ended and max(ended) < hour and len(ended) == self._attempts(s, r):
+                done.append(r.id)
+        if done:
+            ledger.release(s, done, self.clock)
+            s.commit()
+
+    @staticmethod
+    def _attempts(s: Session, r: BudgetReservation) -> int:
+        return len(
+            s.scalars(
+                select(DispatchRow.id).where(
+                    DispatchRow.workload_id == r.workload_id, DispatchRow.pool_id == r.pool_id
+                )
+            ).all()
+        )
+
     def meter_pool(self, s: Session, row: Pool) -> int:
+        """Post the pool's closed hours (all of them once it is deleted). Every dispatch that
+        reached the pool is charged for the time it held GPUs there, whatever became of it
+        (finished, deleted by its user, lost with the pool); one still running, to now."""
         events = list(
             s.scalars(select(PoolEvent).where(PoolEvent.pool_id == row.id).order_by(PoolEvent.at))
         )
         changes = tuple((e.at, e.nodes) for e in events if e.to_state in ("creating", "ready"))
         uses = []
+        workloads: dict[str, Workload] = {}
         for d in s.scalars(
-            select(DispatchRow).where(DispatchRow.pool_id == row.id, DispatchRow.state == "done")
+            select(DispatchRow).where(
+                DispatchRow.pool_id == row.id, DispatchRow.remote_namespace != ""
+            )
         ):
             w = s.get(Workload, d.workload_id)
             if w is not None:
-                uses.append(Use(w.uid, w.team, w.gpus_per_pod * w.pods, d.created_at, d.updated_at))
+                workloads[w.uid] = w
+                end = None if d.state in ACTIVE else d.updated_at
+                uses.append(Use(w.uid, w.team, w.gpus_per_pod * w.pods, d.created_at, end))
         policy = self.config.policies.get(row.policy)
         team = policy.spec.team if policy and policy.spec.team else "burst-platform"
         history = PoolHistory(
@@ -149,12 +195,28 @@ class Teardown:
             node_changes=changes,
             deleted=row.deleted_at,
         )
-        charges = meter(history, uses, (row.deleted_at or self.clock.now()) + timedelta(hours=2))
-        namespaces = {w.uid: w.namespace for w in s.scalars(select(Workload))}
+        # A deleted pool's last hours close after its billing tail; a live one's at `now`.
+        until = row.deleted_at + timedelta(hours=2) if row.deleted_at else self.clock.now()
+        charges = meter(history, uses, until)
+        if not charges:
+            return 0
         target = self.targets[row.target]
-        context = ledger.ChargeContext(row.id, row.policy, target.cloud, row.region, namespaces, {})
+        context = ledger.ChargeContext(
+            row.id,
+            row.policy,
+            target.cloud,
+            row.region,
+            namespaces={uid: w.namespace for uid, w in workloads.items()},
+            workload_ids={uid: w.id for uid, w in workloads.items()},
+            workload_names={uid: f"{w.namespace}/{w.name}" for uid, w in workloads.items()},
+            instance_type=row.instance_type,
+            capacity=row.capacity,
+            zone=row.zone,
+        )
         posted = ledger.post(s, charges, context, self.clock)
         s.commit()
+        if not posted:
+            return 0
         for use in uses:  # the jobs show what they cost
             w = s.scalar(select(Workload).where(Workload.uid == use.workload))
             micros = ledger.workload_cost(s, use.workload).get("USD")

@@ -211,6 +211,7 @@ class LedgerEntry(Base):
         UniqueConstraint("idempotency_key"),
         Index("ix_ledger_entries_period_start", "period_start"),
         Index("ix_ledger_entries_team", "team"),
+        Index("ix_ledger_entries_workload_uid", "workload_uid"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -235,6 +236,10 @@ class LedgerEntry(Base):
     price_source: Mapped[str | None] = mapped_column(String(16))
     corrects_id: Mapped[int | None] = mapped_column(ForeignKey("ledger_entries.id"))
     note: Mapped[str | None] = mapped_column(Text)
+    workload_name: Mapped[str | None] = mapped_column(String(253))  # namespace/name when posted
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    capacity: Mapped[str | None] = mapped_column(String(16))  # on-demand or spot
+    zone: Mapped[str | None] = mapped_column(String(64))
 
 
 class BudgetReservation(Base):
@@ -245,6 +250,7 @@ class BudgetReservation(Base):
         CheckConstraint(_in("state", ("held", "released")), name="state"),
         CheckConstraint("amount_micros >= 0", name="amount"),
         Index("ix_budget_reservations_budget_state", "budget", "state"),
+        Index("ix_budget_reservations_workload", "workload_id", "state"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -256,6 +262,17 @@ class BudgetReservation(Base):
     state: Mapped[str] = mapped_column(String(16), default="held")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class BudgetLock(Base):
+    """One row per budget, updated by every reservation against it: the row lock serialises
+    writers of one budget under any isolation level (under REPEATABLE READ or SERIALIZABLE the
+    second writer gets a serialization failure and tries again on fresh data)."""
+
+    __tablename__ = "budget_locks"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    version: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Decision(Base):

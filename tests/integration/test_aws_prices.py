@@ -11,7 +11,7 @@ import pytest
 from burst.amounts import Money
 from burst.clock import FakeClock
 from burst.cloud import catalog
-from providers.aws import AwsPrices, spot_prices
+from providers.aws_prices import AwsPrices, spot_prices
 from tests.fakes.pricing import PricingFake
 
 REGION = "eu-central-1"

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 import pytest
 from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import OperationalError
 
 from burst.amounts import CurrencyError, Money
 from burst.clock import FakeClock
@@ -160,30 +161,44 @@ def test_alert_thresholds() -> None:
 
 
 @pytest.mark.postgres
-def test_two_writers_never_exceed_a_hard_budget_on_postgres(postgres_url: str) -> None:
+@pytest.mark.parametrize("isolation", ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"])
+def test_sixteen_writers_never_exceed_a_hard_budget_on_postgres(
+    postgres_url: str, isolation: str
+) -> None:
+    """The advisory lock was taken after the transaction's snapshot under REPEATABLE READ, so
+    every writer read the budget as it was before the others: 16 of 16 got through. The budget's
+    row is updated first now; a writer that loses the race is refused (SQLSTATE 40001) and tries
+    again on fresh data, or waits and reads the winner's reservation."""
     engine = database.make_engine(postgres_url)
     database.upgrade(engine)
-    sessions = database.sessions(engine)
+    sessions = database.sessions(engine.execution_options(isolation_level=isolation))
     budget = ledger.BudgetLimit("shared", "team", "cms", Money.of("10", "USD"), "month")
     clock = FakeClock(T0)
-    start = threading.Barrier(8)
+    start = threading.Barrier(16)
     outcomes: list[str] = []
 
     def writer() -> None:
         start.wait()
-        try:
-            with sessions.begin() as s:
-                ledger.reserve(s, budget, Money.of("3", "USD"), clock, RATES)
-            outcomes.append("held")
-        except ledger.BudgetExceeded:
-            outcomes.append("refused")
+        for _ in range(50):
+            try:
+                with sessions.begin() as s:
+                    ledger.used(s, budget, clock.now(), RATES)  # the snapshot starts here
+                    ledger.reserve(s, budget, Money.of("3", "USD"), clock, RATES)
+                outcomes.append("held")
+                return
+            except ledger.BudgetExceeded:
+                outcomes.append("refused")
+                return
+            except OperationalError as exc:
+                if getattr(exc.orig, "sqlstate", None) != "40001":
+                    raise
 
-    threads = [threading.Thread(target=writer) for _ in range(8)]
+    threads = [threading.Thread(target=writer) for _ in range(16)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(outcomes) == ["held"] * 3 + ["refused"] * 5
+    assert sorted(outcomes) == ["held"] * 3 + ["refused"] * 13
     with sessions() as s:
         held = s.scalar(select(func.sum(BudgetReservation.amount_micros)))
     assert held == 9_000_000 <= 10_000_000
@@ -220,3 +235,21 @@ def test_budget_alerts_fire_once_per_threshold(sessions) -> None:  # type: ignor
         assert alerts[1].message == "soft budget cms-alerts: 80% reached (85.00 USD of 100.00 USD)"
         assert ledger.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen) == []
     assert REGISTRY.get_sample_value("burst_budget_alerts_total", labels) == fired_before + 1
+
+
+def test_budget_periods_follow_the_configured_time_zone() -> None:
+    """Geneva's November starts at 23:00 UTC on 31 October; its day of the October change to
+    winter time is 25 hours long."""
+    now = datetime(2026, 11, 1, 0, 30, tzinfo=UTC)  # 01:30 on 1 November in Geneva
+    assert ledger.period_bounds("month", now, "Europe/Zurich") == (
+        datetime(2026, 10, 31, 23, 0, tzinfo=UTC),
+        datetime(2026, 11, 30, 23, 0, tzinfo=UTC),
+    )
+    start, end = ledger.period_bounds(
+        "day", datetime(2026, 10, 25, 12, tzinfo=UTC), "Europe/Zurich"
+    )
+    assert end - start == timedelta(hours=25)
+    assert ledger.period_bounds("month", now) == (  # UTC unless told
+        datetime(2026, 11, 1, tzinfo=UTC),
+        datetime(2026, 12, 1, tzinfo=UTC),
+    )
