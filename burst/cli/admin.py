@@ -74,6 +74,9 @@ def db_check(url: UrlOption = None, config_path: ConfigOption = None) -> None:
     from burst.store import database
 
     engine, shown = open_engine(url, config_path)
+    path = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if path and path != ":memory:" and not Path(path).exists():
+        raise fail(f"no database at {shown}: create it with `burst db upgrade`")
     try:
         database.check(engine)
     except database.SchemaError as exc:

@@ -1,4 +1,4 @@
-"""`burst report` and `burst reconcile`: what finance runs. Spend, GPU-hours, idle and overhead,
+"""`burst report`, `burst reconcile` and `burst ledger verify`: what finance runs. Spend, GPU-hours, idle and overhead,
 budgets used and left; and a cloud bill matched against the ledger, differences booked as
 corrections."""
 
@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from burst.cli.options import ConfigOption, OutOption, UrlOption, fail, load_config, open_engine
+from burst.cli.options import ConfigOption, OutOption, UrlOption, fail, load_config, open_schema
 
 
 def report_cmd(
@@ -29,25 +29,19 @@ def report_cmd(
     config_path: ConfigOption = None,
 ) -> None:
     """Spend, GPU-hours, overhead and idle shares, budgets used and left, with a forecast."""
-    from burst.amounts import CurrencyError, Money
+    from burst.amounts import CurrencyError
     from burst.money import report
-    from burst.money.ledger import BudgetLimit
+    from burst.money.ledger import budget_limits
     from burst.store import database
 
     cfg = load_config(config_path) if config_path else None
     rates = cfg.service.spec.usd_exchange_rates if cfg and cfg.service else {}
-    budgets = [
-        BudgetLimit(
-            name,
-            "team" if b.spec.scope.team else "policy" if b.spec.scope.policy else "namespace",
-            b.spec.scope.team or b.spec.scope.policy or b.spec.scope.namespace or "",
-            Money.of(b.spec.amount, b.spec.currency),
-            b.spec.period,
-            b.spec.enforcement == "hard",
-        )
-        for name, b in sorted((cfg.budgets if cfg else {}).items())
-    ]
-    engine, shown = open_engine(url, config_path)
+    budgets = budget_limits(cfg) if cfg else []
+    try:
+        report.parse_period(period)
+    except report.PeriodError as exc:
+        raise fail(str(exc)) from None
+    engine, shown = open_schema(url, config_path)
     try:
         with database.sessions(engine)() as session:
             built = report.build(session, period, by, currency, rates, budgets)
@@ -85,7 +79,7 @@ def reconcile_cmd(
         text = file.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read {file}: {exc}") from None
-    engine, _ = open_engine(url, config_path)
+    engine, _ = open_schema(url, config_path)
     sessions = database.sessions(engine)
     with sessions.begin() as session:
         pools = [p for p in session.scalars(select(LedgerEntry.pool).distinct()) if p]
@@ -127,3 +121,22 @@ def reconcile_cmd(
         )
     for u in outcome.unknown:
         typer.echo(f"unknown to burst: {u.hour:%Y-%m-%d %H}:00 {u.amount} {u.description}")
+
+
+ledger_app = typer.Typer(help="Check the cost ledger.", no_args_is_help=True)
+
+
+@ledger_app.command("verify")
+def ledger_verify(url: UrlOption = None, config_path: ConfigOption = None) -> None:
+    """Recompute the ledger's hash chain: exit 1, naming the rows, if any was changed or removed."""
+    from burst.money import ledger
+    from burst.store import database
+
+    engine, shown = open_schema(url, config_path)
+    with database.sessions(engine)() as session:
+        checked, broken = ledger.verify(session)
+    for b in broken:
+        typer.echo(f"row {b.row_id} {b.why}")
+    if broken:
+        raise fail(f"the ledger of {shown} is not as it was posted ({len(broken)} break(s))")
+    typer.echo(f"ok: {checked} ledger row(s) chained as posted in {shown}")

@@ -28,6 +28,7 @@ app = typer.Typer(
 app.add_typer(admin.config_app, name="config")
 app.add_typer(admin.db_app, name="db")
 app.add_typer(admin.target_app, name="target")
+app.add_typer(finance.ledger_app, name="ledger")
 app.add_typer(local.sandbox_app, name="sandbox")
 app.command("catalog")(offers.catalog_cmd)
 app.command("plan")(decisions.plan_cmd)

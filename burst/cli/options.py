@@ -83,11 +83,40 @@ def open_engine(url: str | None, config_path: Path | None) -> tuple[Engine, str]
     if config_path is not None:
         cfg = load_config(config_path)
         spec = cfg.service.spec.database if cfg.service else None
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
     try:
         resolved = database.resolve_url(url, spec)
+        return database.make_engine(resolved), database.safe_url(resolved)
     except OSError as exc:
         raise fail(f"cannot read the database password file: {exc.strerror}") from None
-    return database.make_engine(resolved), database.safe_url(resolved)
+    except (ArgumentError, NoSuchModuleError, ValueError) as exc:
+        raise fail(f"not a database URL: {str(exc).splitlines()[0]}") from None
+
+
+def open_schema(url: str | None, config_path: Path | None) -> tuple[Engine, str]:
+    """The engine of a database that holds burst's schema at the code's revision; anything else
+    is a one-line error that says what to run, and nothing is created (not even a SQLite file)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from burst.store import database
+
+    engine, shown = open_engine(url, config_path)
+    path = engine.url.database if engine.url.get_backend_name() == "sqlite" else None
+    if path and path != ":memory:" and not Path(path).exists():
+        raise fail(f"no database at {shown}: create it with `burst db upgrade`")
+    try:
+        current = database.current_revision(engine)
+    except SQLAlchemyError as exc:
+        first = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise fail(f"database {shown}: {first}") from None
+    head = database.head_revision()
+    if current != head:
+        raise fail(
+            f"database {shown} is at revision {current or 'none (no schema)'}, burst needs "
+            f"{head}: run `burst db upgrade`"
+        )
+    return engine, shown
 
 
 def console_width() -> int | None:

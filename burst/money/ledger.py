@@ -21,7 +21,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, update
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from burst.amounts import CurrencyError, Money
@@ -59,53 +59,166 @@ class ChargeContext:
 
 
 def post(session: Session, charges: Iterable[Charge], context: ChargeContext, clock: Clock) -> int:
-    """Post charges; a charge already posted (same key) is left as it is. Returns rows added."""
-    rows = [
-        {
-            "idempotency_key": c.key,
-            "kind": c.kind,
-            "posted_at": clock.now(),
-            "period_start": c.period_start,
-            "period_end": c.period_end,
-            "pool_id": context.pool_id,
-            "pool": c.pool,
-            "workload_id": context.workload_ids.get(c.workload or ""),
-            "workload_uid": c.workload,
-            "namespace": context.namespaces.get(c.workload or ""),
-            "team": c.team,
-            "policy": context.policy,
-            "provider": context.provider,
-            "region": context.region,
-            "gpu_seconds": c.gpu_seconds,
-            "amount_micros": c.amount_micros,
-            "currency": c.currency,
-            "unit_price_micros": c.unit_price_micros,
-            "price_source": c.price_source,
-            "workload_name": context.workload_names.get(c.workload or ""),
-            "instance_type": context.instance_type,
-            "capacity": context.capacity,
-            "zone": context.zone,
+    """Post charges; a charge already posted (same key) with the same amount is left as it is,
+    one posted with another amount (the pool's history was learnt late) gets a correction row
+    for the difference. Returns rows added."""
+    charges = list(charges)
+    if not charges:
+        return 0
+    _lock(session, LEDGER_LOCK)
+    keys = [c.key for c in charges]
+    posted: dict[str, LedgerEntry] = {}
+    for chunk in range(0, len(keys), 500):
+        posted |= {
+            e.idempotency_key: e
+            for e in session.scalars(
+                select(LedgerEntry).where(
+                    LedgerEntry.idempotency_key.in_(keys[chunk : chunk + 500])
+                )
+            )
         }
-        for c in charges
-    ]
+    now = clock.now()
+    rows: list[dict[str, Any]] = []
+    for c in charges:
+        if c.key in posted:
+            original = posted[c.key]
+            booked = original.amount_micros + _corrected(session, original.id)
+            if booked != c.amount_micros:
+                rows.append(
+                    _correction_row(
+                        original,
+                        c.amount_micros - booked,
+                        f"remeter:{original.id}:{c.amount_micros}",
+                        f"re-metered: {c.amount_micros} micro-units, {booked} booked",
+                        now,
+                    )
+                )
+            continue
+        rows.append(
+            {
+                "idempotency_key": c.key,
+                "kind": c.kind,
+                "posted_at": now,
+                "period_start": c.period_start,
+                "period_end": c.period_end,
+                "pool_id": context.pool_id,
+                "pool": c.pool,
+                "workload_id": context.workload_ids.get(c.workload or ""),
+                "workload_uid": c.workload,
+                "namespace": context.namespaces.get(c.workload or ""),
+                "team": c.team,
+                "policy": context.policy,
+                "provider": context.provider,
+                "region": context.region,
+                "gpu_seconds": c.gpu_seconds,
+                "amount_micros": c.amount_micros,
+                "currency": c.currency,
+                "unit_price_micros": c.unit_price_micros,
+                "price_source": c.price_source,
+                "workload_name": context.workload_names.get(c.workload or ""),
+                "instance_type": context.instance_type,
+                "capacity": context.capacity,
+                "zone": context.zone,
+                "corrects_id": None,
+                "note": None,
+            }
+        )
+    return _append(session, rows)
+
+
+# Chained in this order; a row's hash covers them and the hash of the row before it.
+HASHED = (
+    "idempotency_key",
+    "kind",
+    "posted_at",
+    "period_start",
+    "period_end",
+    "pool",
+    "workload_uid",
+    "namespace",
+    "team",
+    "policy",
+    "provider",
+    "region",
+    "gpu_seconds",
+    "amount_micros",
+    "currency",
+    "unit_price_micros",
+    "corrects_id",
+    "note",
+)
+LEDGER_LOCK = "#ledger"  # not a Budget name (those are Kubernetes names): the writers' lock
+
+
+def chain_hash(previous: str, row: Mapping[str, Any]) -> str:
+    """The row's hash: SHA-256 over the previous row's hash and the row's HASHED fields."""
+    parts = [previous]
+    for name in HASHED:
+        value = row.get(name)
+        parts.append(value.isoformat() if isinstance(value, datetime) else str(value))
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def _append(session: Session, rows: list[dict[str, Any]]) -> int:
+    """Insert rows at the end of the chain (the caller holds LEDGER_LOCK)."""
     if not rows:
         return 0
-    dialect = session.get_bind().dialect.name
-    statement: Any
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        statement = pg_insert(LedgerEntry).on_conflict_do_nothing(
-            index_elements=["idempotency_key"]
+    previous = (
+        session.scalar(
+            select(LedgerEntry.row_hash)
+            .where(LedgerEntry.row_hash.is_not(None))
+            .order_by(LedgerEntry.id.desc())
+            .limit(1)
         )
-    else:
-        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+        or ""
+    )
+    for row in rows:
+        row["row_hash"] = previous = chain_hash(previous, row)
+    session.execute(insert(LedgerEntry), rows)
+    return len(rows)
 
-        statement = sqlite_insert(LedgerEntry).on_conflict_do_nothing(
-            index_elements=["idempotency_key"]
+
+def _corrected(session: Session, original_id: int) -> int:
+    return int(
+        session.scalar(
+            select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0)).where(
+                LedgerEntry.corrects_id == original_id
+            )
         )
-    result = session.execute(statement.returning(LedgerEntry.id), rows)
-    return len(result.fetchall())
+        or 0
+    )
+
+
+def _correction_row(
+    original: LedgerEntry, delta: int, key: str, note: str, now: datetime
+) -> dict[str, Any]:
+    return {
+        "idempotency_key": key,
+        "kind": "correction",
+        "posted_at": now,
+        "period_start": original.period_start,
+        "period_end": original.period_end,
+        "pool_id": original.pool_id,
+        "pool": original.pool,
+        "workload_id": original.workload_id,
+        "workload_uid": original.workload_uid,
+        "namespace": original.namespace,
+        "team": original.team,
+        "policy": original.policy,
+        "provider": original.provider,
+        "region": original.region,
+        "gpu_seconds": 0,
+        "amount_micros": delta,
+        "currency": original.currency,
+        "unit_price_micros": original.unit_price_micros,
+        "price_source": original.price_source,
+        "workload_name": original.workload_name,
+        "instance_type": original.instance_type,
+        "capacity": original.capacity,
+        "zone": original.zone,
+        "corrects_id": original.id,
+        "note": note,
+    }
 
 
 def correct(
@@ -119,35 +232,41 @@ def correct(
         raise CurrencyError(f"correction in {delta.currency} of a row in {original.currency}")
     digest = hashlib.sha256(f"{original_id}:{delta.micros}:{note}".encode()).hexdigest()[:16]
     key = f"correction:{original_id}:{digest}"
-    existing = session.scalar(select(LedgerEntry).where(LedgerEntry.idempotency_key == key))
-    if existing is not None:
-        return existing
-    row = LedgerEntry(
-        idempotency_key=key,
-        kind="correction",
-        posted_at=clock.now(),
-        period_start=original.period_start,
-        period_end=original.period_end,
-        pool_id=original.pool_id,
-        pool=original.pool,
-        workload_id=original.workload_id,
-        workload_uid=original.workload_uid,
-        namespace=original.namespace,
-        team=original.team,
-        policy=original.policy,
-        provider=original.provider,
-        region=original.region,
-        gpu_seconds=0,
-        amount_micros=delta.micros,
-        currency=delta.currency,
-        unit_price_micros=original.unit_price_micros,
-        price_source=original.price_source,
-        corrects_id=original.id,
-        note=note,
-    )
-    session.add(row)
-    session.flush()
+    _lock(session, LEDGER_LOCK)
+    if session.scalar(select(LedgerEntry.id).where(LedgerEntry.idempotency_key == key)) is None:
+        _append(session, [_correction_row(original, delta.micros, key, note, clock.now())])
+    row = session.scalar(select(LedgerEntry).where(LedgerEntry.idempotency_key == key))
+    assert row is not None
     return row
+
+
+@dataclass(frozen=True)
+class Broken:
+    row_id: int
+    why: str
+
+
+def verify(session: Session) -> tuple[int, list[Broken]]:
+    """Recompute the chain over every row, in order: (rows checked, where it breaks). A row
+    edited in place fails its own hash; a row removed breaks the link of the row after it."""
+    previous, last_id, checked, broken = "", 0, 0, []
+    query = select(LedgerEntry).order_by(LedgerEntry.id).execution_options(yield_per=2000)
+    for row in session.scalars(query):
+        checked += 1
+        gap = row.id - last_id > 1
+        last_id = row.id
+        if row.row_hash is None:  # posted before the chain existed
+            continue
+        values = {name: getattr(row, name) for name in HASHED}
+        if chain_hash(previous, values) != row.row_hash:
+            why = (
+                "does not follow the row before it: rows before it were removed"
+                if gap and checked > 1
+                else "was changed after it was posted (or the row before it was)"
+            )
+            broken.append(Broken(row.id, why))
+        previous = row.row_hash
+    return checked, broken
 
 
 def period_bounds(period: Period, now: datetime, zone: str = "UTC") -> tuple[datetime, datetime]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Literal
+from zoneinfo import ZoneInfo
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -36,9 +37,22 @@ class PeriodError(ValueError):
     pass
 
 
-def parse_period(text: str) -> tuple[datetime, datetime]:
-    """`2026-11` (a month), `2026-W47` (an ISO week) or `2026-11-01..2026-11-15` (days, inclusive)."""
+def parse_period(text: str, zone: str = "UTC") -> tuple[datetime, datetime]:
+    """`2026-11` (a month), `2026-W47` (an ISO week) or `2026-11-01..2026-11-15` (days,
+    inclusive), on the calendar of time zone `zone`; the bounds are returned in UTC."""
     value = text.strip()
+    try:
+        start, end = _local_bounds(value)
+    except ValueError as exc:  # month 13, week 60, 31 February
+        raise PeriodError(f"bad period {text!r}: {exc}") from None
+    if end <= start:
+        raise PeriodError(f"period {text!r} ends before it starts")
+    tz = ZoneInfo(zone)
+    return start.replace(tzinfo=tz).astimezone(UTC), end.replace(tzinfo=tz).astimezone(UTC)
+
+
+def _local_bounds(value: str) -> tuple[datetime, datetime]:
+    """Calendar bounds; their tzinfo is a placeholder that parse_period replaces."""
     if m := re.fullmatch(r"(\d{4})-(\d{2})", value):
         start = datetime(int(m[1]), int(m[2]), 1, tzinfo=UTC)
         return start, (start + timedelta(days=32)).replace(day=1)
@@ -49,11 +63,8 @@ def parse_period(text: str) -> tuple[datetime, datetime]:
         return start, start + timedelta(days=7)
     if m := re.fullmatch(r"(\d{4}-\d{2}-\d{2})\.\.(\d{4}-\d{2}-\d{2})", value):
         start = datetime.fromisoformat(m[1]).replace(tzinfo=UTC)
-        end = datetime.fromisoformat(m[2]).replace(tzinfo=UTC) + timedelta(days=1)
-        if end <= start:
-            raise PeriodError(f"period {text!r} ends before it starts")
-        return start, end
-    raise PeriodError(f"bad period {text!r}: use 2026-11, 2026-W47 or 2026-11-01..2026-11-15")
+        return start, datetime.fromisoformat(m[2]).replace(tzinfo=UTC) + timedelta(days=1)
+    raise PeriodError(f"bad period {value!r}: use 2026-11, 2026-W47 or 2026-11-01..2026-11-15")
 
 
 @dataclass

@@ -239,6 +239,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Money is never dropped: with ledger rows, this downgrade refuses (export them first).
+    rows = op.get_bind().execute(sa.text("SELECT count(*) FROM ledger_entries")).scalar()
+    if rows:
+        raise RuntimeError(
+            f"the ledger holds {rows} rows: a downgrade past revision 0001 would drop them"
+        )
     # Dropping a table drops its indexes; children before parents.
     for table in (
         "pool_events",

@@ -1,0 +1,143 @@
+"""Append-only by the database's own rules, on SQLite and PostgreSQL: UPDATE, DELETE and TRUNCATE of
+ledger rows are refused; a change made around the rules (as the tables' owner, with the triggers
+dropped) is found by `burst ledger verify`; no downgrade drops money; a re-meter that disagrees
+posts a correction."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select, text
+from sqlalchemy.exc import DatabaseError
+
+from burst.clock import FakeClock
+from burst.money import ledger
+from burst.store import database
+from burst.store.tables import LedgerEntry
+from tests.conftest import burst_cli
+from tests.integration.test_ledger import CONTEXT, T0, charges
+
+
+@pytest.fixture
+def posted(engine: Engine) -> Engine:
+    database.upgrade(engine)
+    with database.sessions(engine).begin() as s:
+        assert ledger.post(s, charges(), CONTEXT, FakeClock(T0)) == len(charges())
+    return engine
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE ledger_entries SET amount_micros = 0",
+        "DELETE FROM ledger_entries WHERE id = 1",
+        "DELETE FROM ledger_entries",
+        "TRUNCATE ledger_entries",
+    ],
+    ids=["update", "delete", "delete-all", "truncate"],
+)
+def test_the_database_refuses_to_change_or_remove_ledger_rows(
+    posted: Engine, statement: str
+) -> None:
+    if statement.startswith("TRUNCATE") and posted.dialect.name == "sqlite":
+        pytest.skip("SQLite has no TRUNCATE (a DELETE without WHERE is covered)")
+    with pytest.raises(DatabaseError, match="append-only"), posted.begin() as conn:
+        conn.execute(text(statement))
+    with posted.connect() as conn:
+        assert conn.scalar(text("SELECT count(*) FROM ledger_entries")) == len(charges())
+
+
+def _around_the_rules(engine: Engine, statement: str) -> None:
+    """What the tables' owner could still do: drop the triggers, change a row, put them back."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("ALTER TABLE ledger_entries DISABLE TRIGGER USER"))
+            conn.execute(text(statement))
+            conn.execute(text("ALTER TABLE ledger_entries ENABLE TRIGGER USER"))
+        else:
+            conn.execute(text("DROP TRIGGER ledger_no_update"))
+            conn.execute(text("DROP TRIGGER ledger_no_delete"))
+            conn.execute(text(statement))
+
+
+def test_verify_finds_an_edited_row(posted: Engine) -> None:
+    with database.sessions(posted)() as s:
+        checked, broken = ledger.verify(s)
+    assert (checked, broken) == (len(charges()), [])
+    _around_the_rules(posted, "UPDATE ledger_entries SET amount_micros = 1 WHERE id = 3")
+    with database.sessions(posted)() as s:
+        _, broken = ledger.verify(s)
+    assert [(b.row_id, b.why.split(" ")[0]) for b in broken] == [(3, "was")]
+
+
+def test_verify_finds_a_removed_row(posted: Engine) -> None:
+    _around_the_rules(posted, "DELETE FROM ledger_entries WHERE id = 2")
+    with database.sessions(posted)() as s:
+        _, broken = ledger.verify(s)
+    assert [b.row_id for b in broken] == [3] and "removed" in broken[0].why
+
+
+def test_a_downgrade_never_drops_money(posted: Engine) -> None:
+    with pytest.raises(RuntimeError, match=r"the ledger holds \d+ rows"):
+        _downgrade(posted)
+    with posted.connect() as conn:
+        assert conn.scalar(text("SELECT count(*) FROM ledger_entries")) == len(charges())
+
+
+def _downgrade(engine: Engine) -> None:
+    from alembic import command
+
+    with engine.begin() as conn:
+        command.downgrade(database._alembic(conn), "base")
+
+
+def test_a_re_meter_that_disagrees_posts_a_correction(posted: Engine) -> None:
+    """It was skipped: the first amount stood whatever the meter said later."""
+    first = charges()[0]
+    later = replace(first, amount_micros=first.amount_micros + 1234)
+    with database.sessions(posted).begin() as s:
+        assert ledger.post(s, [later], CONTEXT, FakeClock(T0)) == 1
+        assert ledger.post(s, [later], CONTEXT, FakeClock(T0)) == 0  # once
+    with database.sessions(posted)() as s:
+        fix = s.scalar(select(LedgerEntry).where(LedgerEntry.kind == "correction"))
+        assert fix is not None and fix.amount_micros == 1234 and fix.corrects_id is not None
+        booked = s.scalar(
+            select(func.sum(LedgerEntry.amount_micros)).where(
+                (LedgerEntry.idempotency_key == first.key)
+                | (LedgerEntry.corrects_id == fix.corrects_id)
+            )
+        )
+        assert booked == later.amount_micros
+        assert ledger.verify(s)[1] == []
+
+
+def test_the_command_line(posted: Engine, tmp_path: Path) -> None:
+    url = posted.url.render_as_string(hide_password=False)
+    ok = burst_cli("ledger", "verify", "--url", url)
+    assert ok.returncode == 0 and f"ok: {len(charges())} ledger row(s)" in ok.stdout
+    _around_the_rules(posted, "UPDATE ledger_entries SET team = 'nobody' WHERE id = 5")
+    bad = burst_cli("ledger", "verify", "--url", url)
+    assert bad.returncode == 1 and "row 5 was changed" in bad.stdout
+    assert "is not as it was posted" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_finance_commands_on_a_database_without_the_schema_create_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    for args in (
+        ("report", "--period", "2026-11"),
+        ("ledger", "verify"),
+        ("db", "check"),
+    ):
+        result = burst_cli(*args, "--url", f"sqlite:///{db}")
+        assert result.returncode == 1, result
+        assert result.stderr.strip().endswith("create it with `burst db upgrade`"), result.stderr
+        assert not db.exists()
+    empty = tmp_path / "empty.db"
+    database.make_engine(f"sqlite:///{empty}").connect().close()
+    result = burst_cli("report", "--period", "2026-11", "--url", f"sqlite:///{empty}")
+    assert result.returncode == 1 and "run `burst db upgrade`" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    bad = burst_cli("report", "--period", "2026-13", "--url", f"sqlite:///{empty}")
+    assert bad.stderr.strip() == "error: bad period '2026-13': month must be in 1..12"
