@@ -53,7 +53,7 @@ SCENARIO = [
         "ml-training",
         "cms-ml",
         "llm-finetune",
-        8,
+        50,  # across three days: Azure bills by the day
         3,
     ),
 ]

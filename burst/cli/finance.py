@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -25,31 +25,41 @@ def report_cmd(
     currency: Annotated[
         str, typer.Option(help="Reporting currency (rates from the ServiceConfig).")
     ] = "USD",
+    share: Annotated[
+        bool,
+        typer.Option(
+            "--share-idle",
+            help="Spread each pool's idle and overhead over the teams whose jobs used it.",
+        ),
+    ] = False,
     url: UrlOption = None,
     config_path: ConfigOption = None,
 ) -> None:
     """Spend, GPU-hours, overhead and idle shares, budgets used and left, with a forecast."""
     from burst.amounts import CurrencyError
-    from burst.money import report
+    from burst.money import render, report
     from burst.money.ledger import budget_limits
     from burst.store import database
 
     cfg = load_config(config_path) if config_path else None
     rates = cfg.service.spec.usd_exchange_rates if cfg and cfg.service else {}
     budgets = budget_limits(cfg) if cfg else []
+    zone = cfg.service.spec.time_zone if cfg and cfg.service else "UTC"
     try:
-        report.parse_period(period)
+        report.parse_period(period, zone)
     except report.PeriodError as exc:
         raise fail(str(exc)) from None
     engine, shown = open_schema(url, config_path)
     try:
         with database.sessions(engine)() as session:
-            built = report.build(session, period, by, currency, rates, budgets)
+            built = report.build(
+                session, period, by, currency, rates, budgets, zone=zone, share=share
+            )
     except report.PeriodError as exc:
         raise fail(str(exc)) from None
     except CurrencyError as exc:
         raise fail(f"{exc}; add it to usdExchangeRates in the ServiceConfig") from None
-    text = report.render(built, fmt)
+    text = render.render(built, fmt)
     if out is not None:
         out.write_text(text, encoding="utf-8")
         typer.echo(
@@ -60,67 +70,95 @@ def report_cmd(
 
 
 def reconcile_cmd(
-    provider: Annotated[Literal["aws", "gcp", "azure"], typer.Option(help="Whose bill it is.")],
-    file: Annotated[Path, typer.Option("--file", help="The billing export (CSV).")],
+    file: Annotated[Path, typer.Option("--file", help="The billing export (CSV or JSON lines).")],
+    form: Annotated[
+        Literal["auto", "aws-cur2", "aws-cur", "gcp", "azure-ea", "azure-mca", "focus"],
+        typer.Option("--bill-format", help="The export's format (auto: from its header)."),
+    ] = "auto",
+    provider: Annotated[
+        Literal["aws", "gcp", "azure"] | None,
+        typer.Option(help="Whose bill it is (accepted for scripts; the format says it)."),
+    ] = None,
     url: UrlOption = None,
     config_path: ConfigOption = None,
     fmt: Annotated[Literal["text", "json"], typer.Option("--format", "-f")] = "text",
 ) -> None:
-    """Match a cloud bill to the ledger, record differences as corrections, list unknown lines."""
+    """Match a cloud bill to the ledger, record differences as corrections, report the rest."""
     from sqlalchemy import select
 
+    from burst.amounts import CurrencyError
     from burst.clock import SystemClock
-    from burst.money import bills
+    from burst.money import bills, reconcile
     from burst.store import database
     from burst.store.tables import LedgerEntry
-    from providers.gcp import cloud_name
+    from providers.azure import cloud_name as aks_name
+    from providers.gcp import cloud_name as gke_name
 
+    del provider  # the format names the cloud
     try:
         text = file.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read {file}: {exc}") from None
+    cfg = load_config(config_path) if config_path else None
+    rates = cfg.service.spec.usd_exchange_rates if cfg and cfg.service else {}
     engine, _ = open_schema(url, config_path)
     sessions = database.sessions(engine)
     with sessions.begin() as session:
         pools = [p for p in session.scalars(select(LedgerEntry.pool).distinct()) if p]
+        names = {gke_name(p): p for p in pools} | {aks_name(p): p for p in pools}
         try:
-            lines = bills.parse(provider, text, {cloud_name(p): p for p in pools})
-        except (KeyError, ValueError) as exc:
-            raise fail(
-                f"{file} is not a billing export of {provider}: {exc.__class__.__name__}: {exc}"
-            ) from None
-        outcome = bills.reconcile(
-            session, lines, SystemClock(), day_granularity=provider == "azure"
-        )
+            lines = bills.parse(text, names, None if form == "auto" else form)
+            outcome = reconcile.reconcile(session, lines, SystemClock(), rates)
+        except bills.BillError as exc:
+            raise fail(f"{file}: {exc}") from None
+        except CurrencyError as exc:
+            raise fail(str(exc)) from None
     if fmt == "json":
-        typer.echo(
-            json.dumps(
-                {
-                    "matched": [
-                        {"pool": p, "at": t.isoformat(), "amount": m.json()}
-                        for p, t, m in outcome.matched
-                    ],
-                    "differs": [
-                        {"pool": p, "at": t.isoformat(), "bill": b.json(), "ledger": led.json()}
-                        for p, t, b, led in outcome.differs
-                    ],
-                    "unknown": [
-                        {"at": u.hour.isoformat(), "amount": u.amount.json(), "line": u.description}
-                        for u in outcome.unknown
-                    ],
-                    "corrections": outcome.corrections,
-                },
-                indent=2,
-            )
-        )
+        typer.echo(json.dumps(_outcome_json(outcome), indent=2))
         return
-    typer.echo(f"matched: {len(outcome.matched)} pool-hour(s)")
-    for p, t, b, led in outcome.differs:
+    typer.echo(f"matched: {len(outcome.matched)} pool span(s)")
+    for (pool, start, _), bill, ledger in outcome.differs:
         typer.echo(
-            f"differs: {p} {t:%Y-%m-%d %H}:00 bill {b}, ledger {led}: corrected by {b - led}"
+            f"differs: {pool} {start:%Y-%m-%d %H}:00 bill {bill}, ledger {ledger}: "
+            f"corrected by {bill - ledger}"
         )
-    for u in outcome.unknown:
-        typer.echo(f"unknown to burst: {u.hour:%Y-%m-%d %H}:00 {u.amount} {u.description}")
+    for (pool, start, _), amount in outcome.missing_from_ledger:
+        typer.echo(f"billed, not in the ledger: {pool} {start:%Y-%m-%d %H}:00 {amount}")
+    for (pool, start, _), amount in outcome.missing_from_bill:
+        typer.echo(f"in the ledger, not billed: {pool} {start:%Y-%m-%d %H}:00 {amount}")
+    for kind, amount in outcome.beside:
+        typer.echo(f"{kind} (not a pool's): {amount}")
+    for line in outcome.unknown:
+        typer.echo(
+            f"unknown to burst: {line.start:%Y-%m-%d %H}:00 {line.amount} {line.description}"
+        )
+    for code, rate in outcome.rates.items():
+        typer.echo(f"converted at {rate} {code} per USD (usdExchangeRates)")
+
+
+def _outcome_json(outcome: Any) -> dict[str, Any]:
+    def span(s: Any) -> dict[str, str]:
+        return {"pool": s[0], "at": s[1].isoformat(), "end": s[2].isoformat()}
+
+    return {
+        "matched": [{**span(s), "amount": m.json()} for s, m in outcome.matched],
+        "differs": [
+            {**span(s), "bill": b.json(), "ledger": led.json()} for s, b, led in outcome.differs
+        ],
+        "missing_from_ledger": [
+            {**span(s), "amount": m.json()} for s, m in outcome.missing_from_ledger
+        ],
+        "missing_from_bill": [
+            {**span(s), "amount": m.json()} for s, m in outcome.missing_from_bill
+        ],
+        "beside": [{"type": k, "amount": m.json()} for k, m in outcome.beside],
+        "unknown": [
+            {"at": u.start.isoformat(), "amount": u.amount.json(), "line": u.description}
+            for u in outcome.unknown
+        ],
+        "corrections": outcome.corrections,
+        "rates_per_usd": {c: str(r) for c, r in outcome.rates.items()},
+    }
 
 
 ledger_app = typer.Typer(help="Check the cost ledger.", no_args_is_help=True)
@@ -129,12 +167,12 @@ ledger_app = typer.Typer(help="Check the cost ledger.", no_args_is_help=True)
 @ledger_app.command("verify")
 def ledger_verify(url: UrlOption = None, config_path: ConfigOption = None) -> None:
     """Recompute the ledger's hash chain: exit 1, naming the rows, if any was changed or removed."""
-    from burst.money import ledger
+    from burst.money import chain
     from burst.store import database
 
     engine, shown = open_schema(url, config_path)
     with database.sessions(engine)() as session:
-        checked, broken = ledger.verify(session)
+        checked, broken = chain.verify(session)
     for b in broken:
         typer.echo(f"row {b.row_id} {b.why}")
     if broken:

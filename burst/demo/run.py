@@ -29,7 +29,7 @@ from burst.demo.scenario import V100, submit, submit_quick
 from burst.kube.events import EventRecorder
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects
-from burst.money import report
+from burst.money import ledger, render, report
 from burst.sandbox import Sandbox, gpu_node
 from burst.sandbox.resources import BY_KIND
 from burst.service.leader import take_epoch
@@ -182,8 +182,16 @@ def run(
         observer.stop()
         summary = summarise(demo, time.monotonic() - started)
         with sessions() as s:
-            built = report.build(s, _period(), "team", "USD", cfg.service.spec.usd_exchange_rates)
-        (workdir / "report.html").write_text(report.render(built, "html"), encoding="utf-8")
+            built = report.build(
+                s,
+                _period(),
+                "team",
+                "USD",
+                cfg.service.spec.usd_exchange_rates,
+                ledger.budget_limits(cfg),
+                now=clock.now(),
+            )
+        (workdir / "report.html").write_text(render.render(built, "html"), encoding="utf-8")
         summary["report"] = str(workdir / "report.html")
         return summary
     finally:

@@ -21,13 +21,14 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, insert, select, update
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, update
 from sqlalchemy.orm import Session
 
 from burst.amounts import CurrencyError, Money
 from burst.clock import Clock
 from burst.config import Config
 from burst.metrics import BUDGET_ALERTS
+from burst.money.chain import append
 from burst.money.meter import Charge
 from burst.store.tables import BudgetLock, BudgetReservation, LedgerEntry, Workload
 
@@ -123,59 +124,10 @@ def post(session: Session, charges: Iterable[Charge], context: ChargeContext, cl
                 "note": None,
             }
         )
-    return _append(session, rows)
+    return append(session, rows)
 
 
-# Chained in this order; a row's hash covers them and the hash of the row before it.
-HASHED = (
-    "idempotency_key",
-    "kind",
-    "posted_at",
-    "period_start",
-    "period_end",
-    "pool",
-    "workload_uid",
-    "namespace",
-    "team",
-    "policy",
-    "provider",
-    "region",
-    "gpu_seconds",
-    "amount_micros",
-    "currency",
-    "unit_price_micros",
-    "corrects_id",
-    "note",
-)
 LEDGER_LOCK = "#ledger"  # not a Budget name (those are Kubernetes names): the writers' lock
-
-
-def chain_hash(previous: str, row: Mapping[str, Any]) -> str:
-    """The row's hash: SHA-256 over the previous row's hash and the row's HASHED fields."""
-    parts = [previous]
-    for name in HASHED:
-        value = row.get(name)
-        parts.append(value.isoformat() if isinstance(value, datetime) else str(value))
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
-
-
-def _append(session: Session, rows: list[dict[str, Any]]) -> int:
-    """Insert rows at the end of the chain (the caller holds LEDGER_LOCK)."""
-    if not rows:
-        return 0
-    previous = (
-        session.scalar(
-            select(LedgerEntry.row_hash)
-            .where(LedgerEntry.row_hash.is_not(None))
-            .order_by(LedgerEntry.id.desc())
-            .limit(1)
-        )
-        or ""
-    )
-    for row in rows:
-        row["row_hash"] = previous = chain_hash(previous, row)
-    session.execute(insert(LedgerEntry), rows)
-    return len(rows)
 
 
 def _corrected(session: Session, original_id: int) -> int:
@@ -222,9 +174,16 @@ def _correction_row(
 
 
 def correct(
-    session: Session, original_id: int, delta: Money, note: str, clock: Clock
+    session: Session,
+    original_id: int,
+    delta: Money,
+    note: str,
+    clock: Clock,
+    period: tuple[datetime, datetime] | None = None,
 ) -> LedgerEntry:
-    """A correction row (for `delta`) pointing at `original_id`; posting the same one twice is one row."""
+    """A correction row (for `delta`) pointing at `original_id`, in the original's period unless
+    `period` is given (a bill's correction goes in the period it is made, so that a closed
+    month's report never changes); posting the same one twice is one row."""
     original = session.get(LedgerEntry, original_id)
     if original is None:
         raise ValueError(f"no ledger row {original_id}")
@@ -234,39 +193,13 @@ def correct(
     key = f"correction:{original_id}:{digest}"
     _lock(session, LEDGER_LOCK)
     if session.scalar(select(LedgerEntry.id).where(LedgerEntry.idempotency_key == key)) is None:
-        _append(session, [_correction_row(original, delta.micros, key, note, clock.now())])
+        values = _correction_row(original, delta.micros, key, note, clock.now())
+        if period is not None:
+            values["period_start"], values["period_end"] = period
+        append(session, [values])
     row = session.scalar(select(LedgerEntry).where(LedgerEntry.idempotency_key == key))
     assert row is not None
     return row
-
-
-@dataclass(frozen=True)
-class Broken:
-    row_id: int
-    why: str
-
-
-def verify(session: Session) -> tuple[int, list[Broken]]:
-    """Recompute the chain over every row, in order: (rows checked, where it breaks). A row
-    edited in place fails its own hash; a row removed breaks the link of the row after it."""
-    previous, last_id, checked, broken = "", 0, 0, []
-    query = select(LedgerEntry).order_by(LedgerEntry.id).execution_options(yield_per=2000)
-    for row in session.scalars(query):
-        checked += 1
-        gap = row.id - last_id > 1
-        last_id = row.id
-        if row.row_hash is None:  # posted before the chain existed
-            continue
-        values = {name: getattr(row, name) for name in HASHED}
-        if chain_hash(previous, values) != row.row_hash:
-            why = (
-                "does not follow the row before it: rows before it were removed"
-                if gap and checked > 1
-                else "was changed after it was posted (or the row before it was)"
-            )
-            broken.append(Broken(row.id, why))
-        previous = row.row_hash
-    return checked, broken
 
 
 def period_bounds(period: Period, now: datetime, zone: str = "UTC") -> tuple[datetime, datetime]:

@@ -22,7 +22,7 @@ from burst.config import BurstPolicy, Config
 from burst.decide import allowed_accelerators
 from burst.durations import format_duration
 from burst.model import CapacityType
-from burst.money.report import PALETTE
+from burst.money.render import PALETTE
 from burst.sim import baselines, bound, simulate
 from burst.sim.simulate import World, price_cap_usd_micros, target_regions
 from burst.sim.state import DEFAULT_CLOUDS, CloudModel, Outcome, usd_rate

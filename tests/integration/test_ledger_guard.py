@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import DatabaseError
 
 from burst.clock import FakeClock
-from burst.money import ledger
+from burst.money import chain, ledger
 from burst.store import database
 from burst.store.tables import LedgerEntry
 from tests.conftest import burst_cli
@@ -64,18 +64,18 @@ def _around_the_rules(engine: Engine, statement: str) -> None:
 
 def test_verify_finds_an_edited_row(posted: Engine) -> None:
     with database.sessions(posted)() as s:
-        checked, broken = ledger.verify(s)
+        checked, broken = chain.verify(s)
     assert (checked, broken) == (len(charges()), [])
     _around_the_rules(posted, "UPDATE ledger_entries SET amount_micros = 1 WHERE id = 3")
     with database.sessions(posted)() as s:
-        _, broken = ledger.verify(s)
+        _, broken = chain.verify(s)
     assert [(b.row_id, b.why.split(" ")[0]) for b in broken] == [(3, "was")]
 
 
 def test_verify_finds_a_removed_row(posted: Engine) -> None:
     _around_the_rules(posted, "DELETE FROM ledger_entries WHERE id = 2")
     with database.sessions(posted)() as s:
-        _, broken = ledger.verify(s)
+        _, broken = chain.verify(s)
     assert [b.row_id for b in broken] == [3] and "removed" in broken[0].why
 
 
@@ -110,7 +110,7 @@ def test_a_re_meter_that_disagrees_posts_a_correction(posted: Engine) -> None:
             )
         )
         assert booked == later.amount_micros
-        assert ledger.verify(s)[1] == []
+        assert chain.verify(s)[1] == []
 
 
 def test_the_command_line(posted: Engine, tmp_path: Path) -> None:
