@@ -120,7 +120,17 @@ def build_ledger(url: str, seed: int = 4) -> dict[str, str]:
             deleted=deleted,
         )
         uses = [Use(workload, team, nodes * offer.gpus, ready, job_end)]
-        context = ledger.ChargeContext(None, policy, cloud, region, {workload: namespace}, {})
+        context = ledger.ChargeContext(
+            None,
+            policy,
+            cloud,
+            region,
+            {workload: namespace},
+            {},
+            workload_names={workload: f"{namespace}/{workload}"},
+            instance_type=offer.instance_type,
+            capacity=offer.capacity,
+        )
         with sessions.begin() as session:
             ledger.post(session, meter(history, uses, deleted + timedelta(hours=2)), context, clock)
         pools[name] = cloud

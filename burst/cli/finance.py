@@ -161,6 +161,35 @@ def _outcome_json(outcome: Any) -> dict[str, Any]:
     }
 
 
+def export_cmd(
+    period: Annotated[str, typer.Option(help="2026-11, 2026-W47 or 2026-11-01..2026-11-15.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="FILE.csv or FILE.parquet.")],
+    url: UrlOption = None,
+    config_path: ConfigOption = None,
+) -> None:
+    """The period's ledger rows in FinOps FOCUS 1.2 columns, as CSV or Parquet."""
+    from burst.money import focus, report
+    from burst.store import database
+
+    if out.suffix not in (".csv", ".parquet"):
+        raise fail(f"{out}: give a .csv or .parquet file")
+    cfg = load_config(config_path) if config_path else None
+    zone = cfg.service.spec.time_zone if cfg and cfg.service else "UTC"
+    installation = cfg.service.spec.installation_id if cfg and cfg.service else "burst"
+    try:
+        start, end = report.parse_period(period, zone)
+    except report.PeriodError as exc:
+        raise fail(str(exc)) from None
+    engine, shown = open_schema(url, config_path)
+    write = focus.write_parquet if out.suffix == ".parquet" else focus.write_csv
+    try:
+        with database.sessions(engine)() as session:
+            count = write(out, focus.rows(session, start, end, installation))
+    except OSError as exc:
+        raise fail(f"cannot write {out}: {exc.strerror}") from None
+    typer.echo(f"wrote {out}: {count} FOCUS row(s) from {shown}", err=True)
+
+
 ledger_app = typer.Typer(help="Check the cost ledger.", no_args_is_help=True)
 
 
