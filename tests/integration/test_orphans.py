@@ -25,7 +25,7 @@ from burst.kube.sync import Syncer
 from burst.model import CreatePool, OfferKey
 from burst.service.loop import Reconciler
 from burst.store import database
-from burst.store.tables import Dispatch, Pool, Workload
+from burst.store.tables import Dispatch, LedgerEntry, Pool, Workload
 from providers.sim import SimCloud, SimProvider
 from tests.conftest import ROOT
 
@@ -147,12 +147,20 @@ def test_a_row_whose_pool_vanished_is_closed_and_its_work_requeued(
             )
         )
         s.commit()
+    clock.advance(timedelta(minutes=30))  # the job runs half an hour, then the pool is lost
     sim.delete_pool("gone-pool")  # behind burst's back
     assert reconciler.teardown.collect_orphans() == ["pool gone-pool vanished from sim-aws"]
     with sessions() as s:
         row = s.scalar(select(Pool).where(Pool.name == "gone-pool"))
         assert row is not None and row.state == "deleted"
         assert s.scalar(select(Workload)).state == "requeued"  # type: ignore[union-attr]
+        # Jobs on a lost pool were never charged: its half hour was booked as idle.
+        used = s.scalars(
+            select(LedgerEntry.gpu_seconds).where(
+                LedgerEntry.workload_uid == job.metadata.uid, LedgerEntry.kind == "usage"
+            )
+        ).all()
+        assert sum(used) == 1800
     assert batch.read_namespaced_job("stranded", "default").spec.suspend is False
     try:
         sim.get_pool("gone-pool")
