@@ -177,7 +177,7 @@ def run(service: Service, *, host: str | None = None, port: int | None = None) -
         service.sessions,
         token=token,
         budgets=ledger.budget_limits(service.cfg),
-        rates=dict(spec.usd_exchange_rates),
+        rates=spec.usd_rates,
         last_plan=lambda: service.last_plan,
         now=service.clock.now,
     )

@@ -42,19 +42,23 @@ def report_cmd(
     from burst.store import database
 
     cfg = load_config(config_path) if config_path else None
-    rates = cfg.service.spec.usd_exchange_rates if cfg and cfg.service else {}
     budgets = budget_limits(cfg) if cfg else []
     zone = cfg.service.spec.time_zone if cfg and cfg.service else "UTC"
     try:
-        report.parse_period(period, zone)
+        start, _ = report.parse_period(period, zone)
     except report.PeriodError as exc:
         raise fail(str(exc)) from None
+    # The rates of the period's start: a rate added later does not change this report.
+    spec = cfg.service.spec if cfg and cfg.service else None
+    rates = spec.usd_rates(start) if spec else {}
+    notes = spec.rate_notes(start) if spec else {}
     engine, shown = open_schema(url, config_path)
     try:
         with database.sessions(engine)() as session:
             built = report.build(
                 session, period, by, currency, rates, budgets, zone=zone, share=share
             )
+            built.rate_notes = {c: notes[c] for c in built.rates if c in notes}
     except report.PeriodError as exc:
         raise fail(str(exc)) from None
     except CurrencyError as exc:
@@ -100,7 +104,7 @@ def reconcile_cmd(
     except (OSError, UnicodeDecodeError) as exc:
         raise fail(f"cannot read {file}: {exc}") from None
     cfg = load_config(config_path) if config_path else None
-    rates = cfg.service.spec.usd_exchange_rates if cfg and cfg.service else {}
+    spec = cfg.service.spec if cfg and cfg.service else None
     engine, _ = open_schema(url, config_path)
     sessions = database.sessions(engine)
     with sessions.begin() as session:
@@ -108,6 +112,8 @@ def reconcile_cmd(
         names = {gke_name(p): p for p in pools} | {aks_name(p): p for p in pools}
         try:
             lines = bills.parse(text, names, None if form == "auto" else form)
+            # The rates in force when the bill's charges began.
+            rates = spec.usd_rates(min(x.start for x in lines)) if spec and lines else {}
             outcome = reconcile.reconcile(session, lines, SystemClock(), rates)
         except bills.BillError as exc:
             raise fail(f"{file}: {exc}") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
@@ -265,6 +265,15 @@ class CatalogOverrides(Strict):
     exclude: list[ExcludeRule] = []
 
 
+class DatedRate(Strict):
+    """A rate and the day it applies from: a report uses the rate of its period's start, so a
+    rate added later never changes a past report."""
+
+    rate: Amount
+    since: date
+    source: str | None = None  # where it came from, printed on the reports that use it
+
+
 class ServiceSpec(Strict):
     installation_id: Name
     database: DatabaseSpec = DatabaseSpec()
@@ -277,8 +286,8 @@ class ServiceSpec(Strict):
     leader_election: LeaderElection = LeaderElection()
     catalog: CatalogOverrides = CatalogOverrides()
     # Units of each currency per 1 USD (catalog prices are USD); needed for any policy or budget
-    # that is not in USD.
-    usd_exchange_rates: dict[Currency, Amount] = {}
+    # that is not in USD. A rate, or a list of dated rates (see DatedRate).
+    usd_exchange_rates: dict[Currency, Amount | list[DatedRate]] = {}
     # Budget periods and reports follow this IANA time zone's calendar (a month starts at local
     # midnight on its first day).
     time_zone: str = "UTC"
@@ -295,6 +304,31 @@ class ServiceSpec(Strict):
                 f"unknown time zone {zone!r} (an IANA name such as Europe/Zurich)"
             ) from None
         return zone
+
+    def usd_rates(self, at: datetime | None = None) -> dict[str, Decimal]:
+        """Units per USD of each currency on the day of `at` (the latest dated rate if None);
+        a currency whose dated rates all start later has none then."""
+        return {c: r.rate for c, r in self._rates(at).items()}
+
+    def rate_notes(self, at: datetime | None = None) -> dict[str, str]:
+        """Each rate used at `at` as a report prints it: `0.86 since 2026-11-01 (ECB)`."""
+        return {
+            c: f"{r.rate} since {r.since}" + (f" ({r.source})" if r.source else "")
+            if r.source or r.since != date.min
+            else str(r.rate)
+            for c, r in self._rates(at).items()
+        }
+
+    def _rates(self, at: datetime | None) -> dict[str, DatedRate]:
+        out = {}
+        for currency, value in self.usd_exchange_rates.items():
+            if not isinstance(value, list):
+                out[currency] = DatedRate(rate=value, since=date.min)
+                continue
+            valid = [r for r in value if at is None or r.since <= at.date()]
+            if valid:
+                out[currency] = max(valid, key=lambda r: r.since)
+        return out
 
     @model_validator(mode="after")
     def _unique_targets(self) -> Self:

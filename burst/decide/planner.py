@@ -67,7 +67,7 @@ class _Planner:
             raise PlanError("planning needs the ServiceConfig (targets, exchange rates)")
         self.snapshot, self.catalog, self.now, self.explain = snapshot, catalog, now, explain
         self.targets = {t.name: t for t in config.service.spec.targets}
-        rates = Rates(config.service.spec.usd_exchange_rates)
+        rates = Rates(config.service.spec.usd_rates(now))
         self.policies = [config.policies[name] for name in sorted(config.policies)]
         self.placement = Placement(
             now,

@@ -187,7 +187,7 @@ def run(
                 _period(),
                 "team",
                 "USD",
-                cfg.service.spec.usd_exchange_rates,
+                cfg.service.spec.usd_rates(clock.now()),
                 ledger.budget_limits(cfg),
                 now=clock.now(),
             )

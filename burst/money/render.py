@@ -50,7 +50,9 @@ def _cells(report: Report) -> list[list[str]]:
 def _rates(report: Report) -> str:
     if not report.rates:
         return "all amounts in USD"
-    return "rates per USD: " + ", ".join(f"{c} {r}" for c, r in report.rates.items())
+    return "rates per USD: " + ", ".join(
+        f"{c} {report.rate_notes.get(c, r)}" for c, r in report.rates.items()
+    )
 
 
 def render(report: Report, fmt: Format) -> str:
@@ -86,6 +88,7 @@ def _json(report: Report) -> str:
         "time_zone": report.zone,
         "currency": report.currency,
         "rates_per_usd": {c: str(r) for c, r in report.rates.items()},
+        "rate_sources": report.rate_notes,
         "by": report.by,
         "shared": report.shared,
         "total": str(report.total.to_decimal()),

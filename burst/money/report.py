@@ -99,6 +99,7 @@ class Report:
         default_factory=dict
     )  # day -> provider -> micros
     rates: dict[str, Decimal] = field(default_factory=dict)  # units per USD, those used
+    rate_notes: dict[str, str] = field(default_factory=dict)  # their dates and sources
     zone: str = "UTC"
     shared: bool = False  # idle and overhead spread over the teams whose jobs used the pools
 

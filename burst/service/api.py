@@ -10,7 +10,7 @@ replica (leader or not) reports the same numbers.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -36,7 +36,7 @@ class _DatabaseCollector(Collector):
         self,
         sessions: sessionmaker[Session],
         budgets: Sequence[ledger.BudgetLimit],
-        rates: dict[str, Decimal],
+        rates: Callable[[datetime], Mapping[str, Decimal]],
         now: Callable[[], datetime],
     ) -> None:
         self.sessions, self.budgets, self.rates, self.now = sessions, budgets, rates, now
@@ -74,7 +74,8 @@ class _DatabaseCollector(Collector):
             for b in self.budgets:
                 used.add_metric(
                     [b.name],
-                    ledger.used(s, b, self.now(), self.rates).micros / max(b.amount.micros, 1),
+                    ledger.used(s, b, self.now(), self.rates(self.now())).micros
+                    / max(b.amount.micros, 1),
                 )
         yield from (workloads, pools, spend, used)
 
@@ -84,13 +85,13 @@ def create_app(
     *,
     token: str | None,
     budgets: Sequence[ledger.BudgetLimit] = (),
-    rates: dict[str, Decimal] | None = None,
+    rates: Callable[[datetime], Mapping[str, Decimal]] = lambda _: {},
     last_plan: Callable[[], Plan | None] = lambda: None,
     now: Callable[[], datetime],
     registry: CollectorRegistry | None = None,
 ) -> FastAPI:
     registry = registry or CollectorRegistry()
-    registry.register(_DatabaseCollector(sessions, budgets, rates or {}, now))
+    registry.register(_DatabaseCollector(sessions, budgets, rates, now))
     registry.register(DECISION_SECONDS)
     registry.register(BUDGET_ALERTS)
     registry.register(PROVIDER_CALLS)
@@ -172,7 +173,7 @@ def create_app(
         with sessions() as s:
             out = []
             for b in budgets:
-                used = ledger.used(s, b, now(), rates or {})
+                used = ledger.used(s, b, now(), rates(now()))
                 out.append(
                     {
                         "name": b.name,

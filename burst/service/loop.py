@@ -125,8 +125,8 @@ class Reconciler:
             return report
 
     def _budget_views(self, s: Session) -> tuple[BudgetView, ...]:
-        rates = self.service.usd_exchange_rates
         now = self.clock.now()
+        rates = self.service.usd_rates(now)
         return tuple(
             BudgetView(b.name, b.scope, b.value, b.amount - ledger.used(s, b, now, rates), b.hard)
             for b in self.budgets
@@ -212,7 +212,7 @@ class Reconciler:
             s.add(row)
         row.policy = policy
         s.flush()
-        rates = self.service.usd_exchange_rates
+        rates = self.service.usd_rates(now)
         try:
             with s.begin_nested():  # a refusal takes back this dispatch's reservations only
                 for budget in self.budgets:

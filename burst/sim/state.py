@@ -129,7 +129,7 @@ def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
 def usd_rate(config: Config, currency: str) -> Decimal:
     """Units of `currency` per USD (catalog prices are USD)."""
     assert config.service is not None
-    return Decimal(1) if currency == "USD" else config.service.spec.usd_exchange_rates[currency]
+    return Decimal(1) if currency == "USD" else config.service.spec.usd_rates()[currency]
 
 
 class _VirtualClock:

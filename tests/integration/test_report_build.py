@@ -5,6 +5,7 @@ them, and rows that add up to the total."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from burst.clock import FakeClock
 from burst.money import ledger, report
 from burst.store import database
 from burst.store.tables import LedgerEntry
+from tests.conftest import ROOT
 from tests.ledger_scenario import build_ledger
 
 
@@ -87,3 +89,33 @@ def test_sharing_idle_and_overhead_moves_them_to_the_teams_that_used_the_pools(s
     assert cms.overhead_share > 0 and cms.idle_share > 0
     with pytest.raises(report.PeriodError, match="by team"), sessions() as s:
         report.build(s, "2026-11", "provider", "USD", {}, share=True)
+
+
+def test_dated_rates_keep_a_past_report_as_it_was(sessions, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Rates had no date: editing one changed every past report. A report uses the rate of its
+    period's start, and says which (with its source)."""
+    from burst import config
+    from burst.cloud import catalog
+
+    text = (ROOT / "burst" / "data" / "demo" / "config.yaml").read_text()
+    head = "spec:\n  installationId: burst-demo\n"
+    assert head in text
+    dated = """  usdExchangeRates:
+    CHF:
+      - {rate: "0.80", since: 2026-11-01, source: ECB reference rate}
+      - {rate: "0.95", since: 2026-12-01, source: ECB reference rate}
+"""
+    (tmp_path / "c.yaml").write_text(text.replace(head, head + dated))
+    shipped = catalog.shipped()
+    cfg = config.load([tmp_path], config.Vocabulary(shipped.regions(), shipped.accelerators()))
+    assert cfg.service is not None
+    spec = cfg.service.spec
+    november = datetime(2026, 11, 1, tzinfo=UTC)
+    assert spec.usd_rates(november) == {"CHF": Decimal("0.80")}
+    assert spec.usd_rates(datetime(2026, 12, 5, tzinfo=UTC)) == {"CHF": Decimal("0.95")}
+    assert spec.usd_rates(datetime(2026, 10, 5, tzinfo=UTC)) == {}  # none yet: refused, not guessed
+    assert spec.rate_notes(november) == {"CHF": "0.8 since 2026-11-01 (ECB reference rate)"}
+    with sessions() as s:
+        built = report.build(s, "2026-11", "team", "CHF", spec.usd_rates(november))
+        in_usd = report.build(s, "2026-11", "team", "USD", {})
+    assert built.total.micros == pytest.approx(in_usd.total.micros * 0.80, rel=1e-6)
