@@ -15,6 +15,13 @@ from burst.store import database
 from providers.sim import SimCloud, SimProvider
 
 START = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+# The account each cloud bills, as TargetSpec.account gives it: AWS account, GCP project, Azure
+# subscription.
+ACCOUNTS = {
+    "aws": "123456789012",
+    "gcp": "ml-burst-2026",
+    "azure": "0b1f6471-1bf0-4dda-aec3-cb9272f09590",
+}
 # (target, cloud, region, offer, nodes, team, policy, namespace, workload, job hours, start day)
 SCENARIO = [
     (
@@ -130,6 +137,7 @@ def build_ledger(url: str, seed: int = 4) -> dict[str, str]:
             workload_names={workload: f"{namespace}/{workload}"},
             instance_type=offer.instance_type,
             capacity=offer.capacity,
+            account=ACCOUNTS[cloud],
         )
         with sessions.begin() as session:
             ledger.post(session, meter(history, uses, deleted + timedelta(hours=2)), context, clock)

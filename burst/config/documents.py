@@ -220,6 +220,19 @@ class TargetSpec(Strict):
             return self.sim.cloud
         return self.provider
 
+    @property
+    def account(self) -> str | None:
+        """The cloud account its pools bill to, as the bills name it: the AWS account (from the
+        node role's ARN, which EKS requires to be in the cluster's account), the GCP project, the
+        Azure subscription; None for a simulated cloud."""
+        if self.aws:
+            return self.aws.node_role_arn.split(":")[4]
+        if self.gcp:
+            return self.gcp.project
+        if self.azure:
+            return self.azure.subscription_id
+        return None
+
 
 class Intervals(Strict):
     reconcile: Duration = timedelta(seconds=30)

@@ -10,7 +10,8 @@ or Parquet without holding them in memory. The mapping, column by column (FOCUS_
 - ChargePeriodStart/End the row's hour (end exclusive); BillingPeriod the calendar month (UTC);
 - PricingCategory Standard (on demand) or Dynamic (spot); quantities in GPU-hours;
 - ProviderName and PublisherName the cloud, InvoiceIssuerName burst (the ledger issues the charge),
-  BillingAccountId burst's installation, SubAccountId the team;
+  BillingAccountId burst's installation, SubAccountId the cloud account billed (AWS account, GCP
+  project, Azure subscription); the team is a tag;
 - ResourceId the node pool, SkuId the instance type, RegionId and AvailabilityZone where it ran;
 - Tags a JSON object of burst-prefixed keys (FOCUS requires a provider prefix on provider keys).
 Date/times are `YYYY-MM-DDTHH:mm:ssZ`; numbers plain decimals; nulls are empty cells in CSV.
@@ -154,8 +155,8 @@ def focus_row(
         "AvailabilityZone": e.zone,
         "SkuId": e.instance_type,
         "SkuPriceId": f"{e.instance_type}:{e.capacity}" if e.instance_type else None,
-        "SubAccountId": e.team,
-        "SubAccountName": e.team,
+        "SubAccountId": e.account,
+        "SubAccountName": e.account,
         "Tags": json.dumps({k: v for k, v in tags.items() if v is not None}, sort_keys=True),
     }
 

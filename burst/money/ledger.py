@@ -57,6 +57,7 @@ class ChargeContext:
     instance_type: str | None = None
     capacity: str | None = None
     zone: str | None = None
+    account: str | None = None  # the AWS account, GCP project or Azure subscription billed
 
 
 def post(session: Session, charges: Iterable[Charge], context: ChargeContext, clock: Clock) -> int:
@@ -120,6 +121,7 @@ def post(session: Session, charges: Iterable[Charge], context: ChargeContext, cl
                 "instance_type": context.instance_type,
                 "capacity": context.capacity,
                 "zone": context.zone,
+                "account": context.account,
                 "corrects_id": None,
                 "note": None,
             }
@@ -168,6 +170,7 @@ def _correction_row(
         "instance_type": original.instance_type,
         "capacity": original.capacity,
         "zone": original.zone,
+        "account": original.account,
         "corrects_id": original.id,
         "note": note,
     }

@@ -212,6 +212,7 @@ class Teardown:
             instance_type=row.instance_type,
             capacity=row.capacity,
             zone=row.zone,
+            account=target.account,
         )
         posted = ledger.post(s, charges, context, self.clock)
         s.commit()

@@ -240,6 +240,7 @@ class LedgerEntry(Base):
     instance_type: Mapped[str | None] = mapped_column(String(64))
     capacity: Mapped[str | None] = mapped_column(String(16))  # on-demand or spot
     zone: Mapped[str | None] = mapped_column(String(64))
+    account: Mapped[str | None] = mapped_column(String(64))  # AWS account, GCP project, Azure sub.
     row_hash: Mapped[str | None] = mapped_column(String(64))  # chained: see money/chain.py
 
 

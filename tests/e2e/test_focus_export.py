@@ -21,7 +21,7 @@ from burst.money import ledger
 from burst.store import database
 from burst.store.tables import LedgerEntry
 from tests.conftest import burst_cli
-from tests.ledger_scenario import build_ledger
+from tests.ledger_scenario import ACCOUNTS, build_ledger
 
 MANDATORY = {
     "BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "BillingCurrency",
@@ -103,6 +103,12 @@ def test_the_csv_meets_focus_and_adds_up_to_the_ledger(ledger_url: str, tmp_path
     assert sum(Decimal(r["BilledCost"]) for r in rows) == _ledger_total(ledger_url)
     assert {r["ProviderName"] for r in rows} == {"AWS", "Google Cloud", "Microsoft"}
     assert {r["PricingCategory"] for r in rows} == {"Standard", "Dynamic"}  # GCP's pool is spot
+    # SubAccountId is the account the cloud billed, as in the clouds' own FOCUS exports.
+    assert {(r["ProviderName"], r["SubAccountId"]) for r in rows} == {
+        ("AWS", ACCOUNTS["aws"]),
+        ("Google Cloud", ACCOUNTS["gcp"]),
+        ("Microsoft", ACCOUNTS["azure"]),
+    }
     assert f"wrote {out}: {len(rows)} FOCUS row(s)" in result.stderr
 
 

@@ -23,7 +23,7 @@ from burst.kube.replicate import KubeObjects
 from burst.money import ledger
 from burst.sandbox import Sandbox
 from burst.store import database
-from burst.store.tables import BudgetReservation, LedgerEntry, Workload
+from burst.store.tables import BudgetReservation, LedgerEntry, Pool, Workload
 from providers.sim import SimCloud, SimProvider, SimSettings
 from tests.conftest import ROOT, wait_for
 
@@ -101,7 +101,19 @@ def test_a_hard_budget_holds_over_many_passes(kube: Any, tmp_path: Path) -> None
         assert estimates and BUDGET.micros < 2 * min(estimates), estimates
         with sessions() as s:
             states = sorted(w.state for w in s.scalars(select(Workload)))
-            spent = sum(e.amount_micros for e in s.scalars(select(LedgerEntry)))
+            entries = list(s.scalars(select(LedgerEntry)))
+            spent = sum(e.amount_micros for e in entries)
+            (pool,) = s.scalars(select(Pool))
+        # Each row says what ran where, as the bill it will be matched with does.
+        jobs = [e for e in entries if e.workload_uid]
+        assert jobs and {e.workload_name for e in jobs} <= {
+            "cms-ml/one",
+            "cms-ml/two",
+            "cms-ml/three",
+        }
+        assert {(e.instance_type, e.capacity, e.zone) for e in entries} == {
+            (pool.instance_type, pool.capacity, pool.zone)
+        }
         assert "succeeded" in states, states
         assert Decimal(spent) / 1_000_000 <= Decimal("0.60")
     finally:

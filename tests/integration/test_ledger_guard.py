@@ -5,18 +5,20 @@ posts a correction."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, create_engine, func, make_url, select, text
 from sqlalchemy.exc import DatabaseError
 
 from burst.clock import FakeClock
 from burst.money import chain, ledger
 from burst.store import database
 from burst.store.tables import LedgerEntry
-from tests.conftest import burst_cli
+from tests.conftest import ROOT, burst_cli
 from tests.integration.test_ledger import CONTEXT, T0, charges
 
 
@@ -141,3 +143,87 @@ def test_finance_commands_on_a_database_without_the_schema_create_nothing(tmp_pa
     assert len(result.stderr.strip().splitlines()) == 1
     bad = burst_cli("report", "--period", "2026-13", "--url", f"sqlite:///{empty}")
     assert bad.stderr.strip() == "error: bad period '2026-13': month must be in 1..12"
+
+
+@pytest.fixture
+def roles(postgres_url: str) -> Iterator[tuple[str, str]]:
+    """The README's owner and service roles (named for this test) on a fresh database."""
+    suffix = uuid.uuid4().hex[:8]
+    owner, service = f"burst_owner_{suffix}", f"burst_service_{suffix}"
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    try:
+        yield owner, service
+    finally:
+        with admin.connect() as conn:  # what the roles own or were granted goes with them
+            for role in (owner, service):
+                conn.execute(text(f"REASSIGN OWNED BY {role} TO CURRENT_USER"))
+                conn.execute(text(f"DROP OWNED BY {role}"))
+                conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()
+
+
+def _readme_roles_sql() -> dict[str, list[str]]:
+    """The README's role statements, by the role they run as (`-- as ...` lines)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```sql\n-- as a superuser\n", 1)[1].split("```", 1)[0]
+    sections: dict[str, list[str]] = {"superuser": []}
+    current = "superuser"
+    for line in block.splitlines():
+        if line.startswith("-- as "):
+            current = line.removeprefix("-- as ").split(",")[0]
+            sections[current] = []
+        elif line.strip():
+            sections[current].append(line.split(";")[0] + ";")
+    return sections
+
+
+@pytest.mark.postgres
+def test_the_readme_roles_keep_the_service_from_changing_the_ledger(
+    postgres_url: str, roles: tuple[str, str]
+) -> None:
+    """The service's role posts and reads ledger rows; it can neither change them nor switch the
+    triggers off (only a table's owner can)."""
+    owner, service = roles
+    url = make_url(postgres_url)
+    sql = _readme_roles_sql()
+    assert set(sql) == {"superuser", "burst_owner"}, sql
+
+    def run(engine: Engine, statements: list[str]) -> None:
+        with engine.begin() as conn:
+            for statement in statements:
+                statement = statement.replace("burst_owner", owner).replace(
+                    "burst_service", service
+                )
+                conn.execute(
+                    text(statement.replace("DATABASE burst ", f'DATABASE "{url.database}" '))
+                )
+
+    admin = create_engine(url)
+    as_owner = create_engine(url.set(username=owner, password=None))
+    as_service = create_engine(url.set(username=service, password=None))
+    try:
+        run(admin, sql["superuser"])
+        database.upgrade(as_owner)
+        run(as_owner, sql["burst_owner"])
+        with database.sessions(as_service).begin() as s:
+            assert ledger.post(s, charges(), CONTEXT, FakeClock(T0)) == len(charges())
+        with database.sessions(as_service)() as s:
+            assert chain.verify(s) == (len(charges()), [])
+        for statement in (
+            "UPDATE ledger_entries SET amount_micros = 0",
+            "DELETE FROM ledger_entries",
+            "TRUNCATE ledger_entries",
+        ):
+            with pytest.raises(DatabaseError, match="permission denied"), as_service.begin() as c:
+                c.execute(text(statement))
+        for statement in (
+            "ALTER TABLE ledger_entries DISABLE TRIGGER USER",
+            "DROP TRIGGER ledger_append_only ON ledger_entries",
+        ):
+            with pytest.raises(DatabaseError, match="must be owner"), as_service.begin() as c:
+                c.execute(text(statement))
+        with as_service.connect() as conn:
+            assert conn.scalar(text("SELECT count(*) FROM ledger_entries")) == len(charges())
+    finally:
+        for engine in (admin, as_owner, as_service):
+            engine.dispose()

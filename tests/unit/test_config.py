@@ -220,3 +220,26 @@ spec:
         "burst.yaml:10:42: spec.targets[0].aws.nodeRoleArn: 'nodes' is not an IAM role" in line
         for line in lines
     ), lines
+
+
+def test_each_target_names_the_account_its_bills_come_from() -> None:
+    """Ledger rows carry the account a bill line names: the AWS account of the node role (EKS
+    needs the role in the cluster's account), the GCP project, the Azure subscription."""
+    from burst.config.documents import TargetSpec
+
+    def target(**block: object) -> TargetSpec:
+        provider = next(iter(block))
+        return TargetSpec.model_validate(
+            {"name": "t", "provider": provider, "region": "r", **block}
+        )
+
+    aws = {
+        "clusterName": "c",
+        "nodeRoleArn": "arn:aws:iam::210987654321:role/n",
+        "subnetIds": ["s"],
+    }
+    assert target(aws=aws).account == "210987654321"
+    assert target(gcp={"project": "p-1", "location": "r", "cluster": "c"}).account == "p-1"
+    azure = {"subscriptionId": "sub", "resourceGroup": "g", "cluster": "c"}
+    assert target(azure=azure).account == "sub"
+    assert target(sim={"cloud": "aws"}).account is None
