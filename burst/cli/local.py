@@ -82,6 +82,17 @@ def demo_cmd(
         f"spend: {summary['spend_usd']} USD; by team {summary['spend_by_team']}; "
         f"by provider {summary['spend_by_provider']}"
     )
+    kinds = summary["spend_by_kind"]
+    if kinds.get("idle") or kinds.get("overhead"):
+        # The demo's pools live for seconds and every cloud bills a node for a minute at least:
+        # most of its spend is nobody's job, and a team missing from the job table gets it.
+        console.print(
+            f"of which jobs {kinds.get('usage', '0')} USD; idle {kinds.get('idle', '0')} and "
+            f"overhead {kinds.get('overhead', '0')} USD (nodes billed while no job ran on them: "
+            "starting, each cloud's minimum billed time, draining) are the pools' own and go to "
+            f"their policy's team ({', '.join(summary['pool_teams'])}); "
+            "`burst report --share-idle` spreads them over the teams whose jobs used the pools"
+        )
     console.print(f"report: {summary['report']}")
 
 

@@ -302,8 +302,13 @@ def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
         spend = s.scalar(select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))) or 0
         by_team: dict[str, int] = {}
         by_provider: dict[str, int] = {}
+        by_kind: dict[str, int] = {}
+        pool_teams: set[str] = set()  # who is charged what no job used (the policy's team)
         for e in s.scalars(select(LedgerEntry)):
             by_team[e.team] = by_team.get(e.team, 0) + e.amount_micros
+            by_kind[e.kind] = by_kind.get(e.kind, 0) + e.amount_micros
+            if e.workload_uid is None:
+                pool_teams.add(e.team)
             by_provider[e.provider or "?"] = by_provider.get(e.provider or "?", 0) + e.amount_micros
     left = sum(
         len(p.list_pools(demo.reconciler.provisioner.installation)) for p in demo.providers.values()
@@ -333,6 +338,8 @@ def summarise(demo: Demo, elapsed: float) -> dict[str, Any]:
         "spend_by_provider": {
             k: str(Money(v, "USD").to_decimal()) for k, v in sorted(by_provider.items())
         },
+        "spend_by_kind": {k: str(Money(v, "USD").to_decimal()) for k, v in sorted(by_kind.items())},
+        "pool_teams": sorted(pool_teams),
     }
 
 

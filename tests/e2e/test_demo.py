@@ -49,5 +49,8 @@ def test_the_demo_bursts_refuses_tears_down_and_accounts(tmp_path: Path) -> None
     assert "deadline met on-prem" in jobs["atlas-ml/loose-deadline"]["why"]
     by_team = sum(Decimal(v) for v in summary["spend_by_team"].values())
     assert by_team == Decimal(summary["spend_usd"]) > 0  # the spend is the ledger's total
+    # What no job used is the pools' own, charged to the policy's team, and said so.
+    assert sum(Decimal(v) for v in summary["spend_by_kind"].values()) == by_team
+    assert summary["pool_teams"] == ["ml-platform"]
     assert Path(summary["report"]).read_text().count("<svg") == 2
     assert summary["seconds"] < 90
