@@ -112,9 +112,11 @@ def reconcile_cmd(
         names = {gke_name(p): p for p in pools} | {aks_name(p): p for p in pools}
         try:
             lines = bills.parse(text, names, None if form == "auto" else form)
-            # The rates in force when the bill's charges began.
-            rates = spec.usd_rates(min(x.start for x in lines)) if spec and lines else {}
-            outcome = reconcile.reconcile(session, lines, SystemClock(), rates)
+            # Each line at the rates of its own date.
+            if spec:
+                outcome = reconcile.reconcile(session, lines, SystemClock(), spec.usd_rates)
+            else:
+                outcome = reconcile.reconcile(session, lines, SystemClock())
         except bills.BillError as exc:
             raise fail(f"{file}: {exc}") from None
         except CurrencyError as exc:
@@ -138,8 +140,9 @@ def reconcile_cmd(
         typer.echo(
             f"unknown to burst: {line.start:%Y-%m-%d %H}:00 {line.amount} {line.description}"
         )
-    for code, rate in outcome.rates.items():
-        typer.echo(f"converted at {rate} {code} per USD (usdExchangeRates)")
+    for code, used in outcome.rates.items():
+        shown = ", ".join(str(r) for r in used)
+        typer.echo(f"converted at {shown} {code} per USD (usdExchangeRates, by line date)")
 
 
 def _outcome_json(outcome: Any) -> dict[str, Any]:
@@ -163,7 +166,7 @@ def _outcome_json(outcome: Any) -> dict[str, Any]:
             for u in outcome.unknown
         ],
         "corrections": outcome.corrections,
-        "rates_per_usd": {c: str(r) for c, r in outcome.rates.items()},
+        "rates_per_usd": {c: ", ".join(map(str, used)) for c, used in outcome.rates.items()},
     }
 
 

@@ -9,13 +9,14 @@ the reconciliation runs in, so a report of a month finance has closed never chan
 they correct count them when the span is matched again, so a second run finds it matched.
 Both directions are reported: spans the bill has and the ledger lacks, and ledger hours within
 the days the bill covers that it does not mention. A bill in another currency than the
-ledger is converted with the ServiceConfig's rate, which the outcome states, or refused.
+ledger is converted at the ServiceConfig's rate of each line's date, which the outcome states,
+or refused.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -43,7 +44,7 @@ class Outcome:
     beside: list[tuple[str, Money]] = field(default_factory=list)  # (type, total): tax, refund, ...
     unknown: list[BillLine] = field(default_factory=list)  # costs of no pool burst knows
     corrections: int = 0
-    rates: dict[str, Decimal] = field(default_factory=dict)  # units per USD, those used
+    rates: dict[str, list[Decimal]] = field(default_factory=dict)  # units per USD, those used
 
 
 def spread(total: int, weights: Sequence[int]) -> list[int]:
@@ -67,9 +68,10 @@ def reconcile(
     session: Session,
     lines: Iterable[BillLine],
     clock: Clock,
-    usd_rates: Mapping[str, Decimal] | None = None,
+    rates_at: Callable[[datetime], Mapping[str, Decimal]] = lambda _: {},
 ) -> Outcome:
-    rates = dict(usd_rates or {})
+    """Match the bill's pool lines with the ledger; a line in another currency is converted at
+    the rate of its own date (`rates_at`, units per USD)."""
     outcome = Outcome()
     known = {
         pool: currency
@@ -89,7 +91,7 @@ def reconcile(
             ledger_currency = known[line.pool]
             amount = line.amount
             if amount.currency != ledger_currency:
-                amount = _convert(amount, ledger_currency, rates, outcome)
+                amount = _convert(amount, ledger_currency, rates_at(line.start), outcome)
             billed[(line.pool, line.start, line.end)] += amount.micros
         elif line.type in POOL_COST:
             outcome.unknown.append(line)
@@ -148,7 +150,7 @@ def reconcile(
     return outcome
 
 
-def _convert(amount: Money, to: str, rates: dict[str, Decimal], outcome: Outcome) -> Money:
+def _convert(amount: Money, to: str, rates: Mapping[str, Decimal], outcome: Outcome) -> Money:
     missing = [c for c in (amount.currency, to) if c != "USD" and c not in rates]
     if missing:
         raise CurrencyError(
@@ -157,8 +159,10 @@ def _convert(amount: Money, to: str, rates: dict[str, Decimal], outcome: Outcome
         )
     for c in (amount.currency, to):
         if c != "USD":
-            outcome.rates[c] = rates[c]
-    return convert({amount.currency: amount.micros}, to, rates)
+            used = outcome.rates.setdefault(c, [])
+            if rates[c] not in used:
+                used.append(rates[c])
+    return convert({amount.currency: amount.micros}, to, dict(rates))
 
 
 def _corrections(session: Session, ids: Sequence[int]) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from burst.amounts import Money
 from burst.store import database
 from burst.store.tables import LedgerEntry
 from providers.azure import cloud_name as aks_name
@@ -454,3 +455,41 @@ def test_a_file_that_is_not_a_bill_is_a_clear_error(ledger_url: str, tmp_path: P
     broken.write_text("lineItem/UsageStartDate,lineItem/UnblendedCost\nyesterday,1\n")
     result = burst_cli("reconcile", "--file", str(broken), "--url", ledger_url)
     assert result.returncode == 1 and "not a aws-cur export" in result.stderr
+
+
+def test_each_line_is_converted_at_the_rate_of_its_own_day(ledger_url: str) -> None:
+    """A bill across a change of rate: every line matches at its day's rate, none at one rate."""
+    from burst.clock import FakeClock
+    from burst.money import reconcile as matching
+    from burst.money.bills import BillLine
+
+    spans = ledger_spans(ledger_url, AZURE_POOL)
+    days = sorted({t.date() for t in spans})
+    assert len(days) >= 2, days  # the Azure job runs 50 hours
+    change = days[1]
+
+    def rates_at(at: datetime) -> dict[str, Decimal]:
+        return {"EUR": Decimal("0.86") if at.date() < change else Decimal("0.92")}
+
+    lines = [
+        BillLine(
+            AZURE_POOL,
+            hour,
+            hour + timedelta(hours=1),
+            Money.of(str((amount * rates_at(hour)["EUR"]).quantize(Decimal("0.000001"))), "EUR"),
+            "usage",
+            "Standard_NC24ads_A100_v4",
+        )
+        for hour, amount in spans.items()
+    ]
+    engine = database.make_engine(ledger_url)
+    try:
+        with database.sessions(engine).begin() as s:
+            outcome = matching.reconcile(s, lines, FakeClock(), rates_at)
+        assert (len(outcome.matched), outcome.differs) == (len(spans), [])
+        assert outcome.rates == {"EUR": [Decimal("0.86"), Decimal("0.92")]}
+        with database.sessions(engine).begin() as s:  # at one rate, the later days differ
+            one_rate = matching.reconcile(s, lines, FakeClock(), lambda _: {"EUR": Decimal("0.86")})
+        assert {span[1].date() for span, _, _ in one_rate.differs} == set(days[1:])
+    finally:
+        engine.dispose()
