@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import config
@@ -35,23 +36,54 @@ from burst.store import database
 log = logging.getLogger(__name__)
 
 
-def kube_client(access: KubernetesAccess) -> Any:
+class StartupError(RuntimeError):
+    """What keeps `burst serve` from starting, in one line naming the setting to fix."""
+
+
+def kube_client(access: KubernetesAccess, setting: str = "spec.onPrem") -> Any:
     """An ApiClient, every call with a deadline, from in-cluster credentials or a kubeconfig."""
     from kubernetes import client
     from kubernetes import config as kube_config
+    from kubernetes.config.config_exception import ConfigException
 
     from burst.kube.connect import TimedApiClient
 
     configuration = client.Configuration()
-    if access.in_cluster:
-        kube_config.load_incluster_config(client_configuration=configuration)
-    else:
-        kube_config.load_kube_config(
-            config_file=access.kubeconfig,
-            context=access.context,
-            client_configuration=configuration,
+    try:
+        if access.in_cluster:
+            kube_config.load_incluster_config(client_configuration=configuration)
+        else:
+            kube_config.load_kube_config(
+                config_file=access.kubeconfig,
+                context=access.context,
+                client_configuration=configuration,
+            )
+    except (ConfigException, OSError) as exc:
+        how = (
+            "inCluster: true, but this is not a pod with a service account"
+            if access.in_cluster
+            else f"kubeconfig {access.kubeconfig or '~/.kube/config'}"
+            + (f" context {access.context}" if access.context else "")
         )
+        raise StartupError(f"{setting}: {how}: {_first_line(exc)}") from None
     return TimedApiClient(configuration)
+
+
+def reachable(api: Any, setting: str) -> None:
+    """Raise StartupError unless the cluster's API server answers (its /version)."""
+    from kubernetes import client
+
+    try:
+        client.VersionApi(api).get_code(_request_timeout=10)
+    except Exception as exc:  # any failure to answer is the same to the operator
+        host = api.configuration.host
+        reason = getattr(exc, "reason", None) or _first_line(exc)
+        raise StartupError(f"{setting}: cannot reach the API server at {host}: {reason}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else exc.__class__.__name__
 
 
 def _cluster_access(provider: Provider, target: str) -> Any:
@@ -130,12 +162,22 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
         raise config.ConfigError([])
     spec = cfg.service.spec
     offers = shipped.with_overrides(spec.catalog)
-    engine = database.make_engine(database.resolve_url(None, spec.database))
-    database.check(engine)
+    url = database.resolve_url(None, spec.database)
+    engine = database.make_engine(url)
+    try:
+        database.check(engine)
+    except OperationalError as exc:
+        raise StartupError(
+            f"spec.database.url (or {database.ENV_URL}): cannot reach {database.safe_url(url)}: "
+            f"{_first_line(exc.orig or exc)}"
+        ) from None
     sessions = database.sessions(engine)
     onprem = kube_client(spec.on_prem)
+    reachable(onprem, "spec.onPrem")  # without it there is nothing to do: say so now
     remote_apis = {
-        t.name: kube_client(t.kubernetes) for t in spec.targets if not t.kubernetes.from_cloud
+        t.name: kube_client(t.kubernetes, f"spec.targets[{i}].kubernetes")
+        for i, t in enumerate(spec.targets)
+        if not t.kubernetes.from_cloud
     }
     built = providers.build(cfg.service, offers, clock, kube_for=lambda t: remote_apis[t.name])
     for t in spec.targets:  # clusters reached with the cloud's own tokens: through the provider

@@ -25,17 +25,16 @@ def serve(
     import socket
 
     from burst import app as service_app
+    from burst.service import logs
     from burst.store import database
 
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(logging.INFO)
     require_config(config_path, "serve")  # every problem, as `config validate` prints them
     assert config_path is not None
     name = identity or os.environ.get("POD_NAME") or socket.gethostname()
     try:
         service = service_app.build(config_path, name)
-    except database.SchemaError as exc:
+    except (database.SchemaError, service_app.StartupError) as exc:
         raise fail(f"{exc}") from None
     typer.echo(f"burst serve: {name} standing for election", err=True)
     service_app.run(service, port=port)

@@ -53,6 +53,17 @@ def _event(
             epoch=epoch,
         )
     )
+    # Every transition is a log line too, a failure (a launch timeout, a capacity refusal) as a
+    # warning: the pool's story can be read from the logs as from its events.
+    log.log(
+        logging.WARNING if to == "failed" else logging.INFO,
+        "pool %s: %s -> %s%s",
+        pool.name,
+        pool.state,
+        to,
+        f": {reason}" if reason else "",
+        extra={"pool": pool.name, "target": pool.target, "state": to, "reason": reason},
+    )
     pool.state, pool.nodes_desired, pool.updated_at = to, nodes, at
     if reason:
         pool.state_reason = reason
@@ -186,7 +197,6 @@ class Provisioner:
                 return
             # Permanent for this offer: backed off, or every pass would ask for it again.
             self.backoffs.mark(session, self.spec(row).offer)
-            log.warning("pool %s failed: %s", row.name, exc.message)
             _event(session, row, "failed", 0, now, exc.message, self.epoch)
             session.commit()
             return
@@ -248,7 +258,6 @@ class Provisioner:
             # Give up on it, back the offer off, and let the pool go: a failed node group or a
             # pool running with errors may still hold billed nodes. Orphan collection retries.
             self.backoffs.mark(session, self.spec(row).offer)
-            log.warning("pool %s failed: %s", row.name, reason)
             _event(session, row, "failed", pool.nodes, now, reason, self.epoch)
             try:
                 self.call(row.target, "delete_pool", row.name)

@@ -10,6 +10,7 @@ by the next one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -24,7 +25,7 @@ from burst.config import Config, selector_matches
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import Syncer
-from burst.metrics import DECISION_SECONDS
+from burst.metrics import DECISION_SECONDS, PASS_SECONDS, PASS_STATEMENTS, QUEUE
 from burst.model import (
     Action,
     BudgetView,
@@ -37,8 +38,10 @@ from burst.model import (
 )
 from burst.model import Workload as WorkloadView
 from burst.money import ledger
+from burst.service import logs
 from burst.service.remote import Outcomes, RemoteSteps
 from burst.service.teardown import Teardown
+from burst.store import database
 from burst.store.tables import Dispatch as DispatchRow
 from burst.store.tables import Pool, Workload
 
@@ -51,6 +54,8 @@ CAPACITY_REPLANS = 3  # plans tried in one pass when clouds refuse pools for cap
 class PassReport:
     plan: Plan
     outcomes: Outcomes = field(default_factory=Outcomes)
+    statements: int = 0  # SQL statements the pass sent
+    seconds: float = 0.0
 
 
 class Reconciler:
@@ -76,6 +81,8 @@ class Reconciler:
         self.observer, self.local, self.remotes = observer, local, remotes
         self.provisioner, self.replicator, self.syncer = provisioner, replicator, syncer
         self.budgets = list(budgets)
+        self.passes = 0
+        self.skipped: dict[str, str] = {}  # workload uid -> the reason last logged
         self.unavailable: UnavailableOffers = provisioner.unavailable
         self.remote = RemoteSteps(
             config=config,
@@ -102,6 +109,28 @@ class Reconciler:
             # every pending job would burst.
             log.warning("the on-prem watch has not listed everything yet: no plan this pass")
             return PassReport(Plan())
+        self.passes += 1
+        token = logs.PASS.set(self.passes)
+        statements, started = database.statements(), time.perf_counter()
+        try:
+            report = self._pass()
+        finally:
+            logs.PASS.reset(token)
+        report.statements = database.statements() - statements
+        report.seconds = time.perf_counter() - started
+        PASS_SECONDS.observe(report.seconds)
+        PASS_STATEMENTS.observe(report.statements)
+        log.info(
+            "pass %d: %d action(s), %d SQL statement(s), %.2f s",
+            self.passes,
+            len(report.plan.actions),
+            report.statements,
+            report.seconds,
+            extra={"pass": self.passes},
+        )
+        return report
+
+    def _pass(self) -> PassReport:
         with self.sessions() as s:
             self.provisioner.refresh(s)
             for pool in self.provisioner.deleting(s):  # a pass died while deleting it
@@ -141,6 +170,7 @@ class Reconciler:
                 pending.append(w)
             elif row.state == "planned":
                 pending.append(replace(w, phase="planned", planned_pool=None))
+        QUEUE.set(len(pending))
         used: dict[str, list[int]] = {}
         active_pools = set()
         for d in s.scalars(select(DispatchRow).where(DispatchRow.state.in_(ACTIVE))):
@@ -164,7 +194,25 @@ class Reconciler:
             unavailable=tuple(self.unavailable.current()),
         )
         with DECISION_SECONDS.time():
-            return decide.plan(snapshot, self.catalog, self.config, now)
+            plan = decide.plan(snapshot, self.catalog, self.config, now)
+        self._log_skips(plan)
+        return plan
+
+    def _log_skips(self, plan: Plan) -> None:
+        """Why each burstable workload stays on-prem, logged when the kind of reason first
+        appears or changes (a refusal, a budget, a cap), not on every pass: the words before the
+        first colon, since the rest carries estimates that move each pass."""
+        reasons = {k.workload: k.reason.split(":", 1)[0] for k in plan.skips}
+        for k in plan.skips:
+            if self.skipped.get(k.workload) != reasons[k.workload]:
+                log.info(
+                    "not bursting %s/%s: %s",
+                    k.namespace,
+                    k.name,
+                    k.reason,
+                    extra={"workload": f"{k.namespace}/{k.name}", "reason": k.reason},
+                )
+        self.skipped = reasons
 
     def _act(self, s: Session, plan: Plan) -> list[str]:
         """Carry the plan out; returns the pools the cloud refused at once."""
@@ -227,7 +275,13 @@ class Reconciler:
                             workload_id=row.id,
                         )
         except ledger.BudgetExceeded as exc:
-            log.warning("not dispatching %s/%s: %s", w.namespace, w.name, exc)
+            log.warning(
+                "not dispatching %s/%s: %s",
+                w.namespace,
+                w.name,
+                exc,
+                extra={"workload": f"{w.namespace}/{w.name}", "reason": str(exc)},
+            )
             row.state_reason = str(exc)
             return
         row.state, row.state_reason, row.updated_at = "planned", action.reason, now

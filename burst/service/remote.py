@@ -122,6 +122,13 @@ class RemoteSteps:
             d.state, w.state = "cancelled", "cancelled"
             w.state_reason = "refused: " + "; ".join(result.reasons)
             out.refused.append(f"{w.namespace}/{w.name}")
+            log.warning(
+                "not replicating %s/%s: %s",
+                w.namespace,
+                w.name,
+                w.state_reason,
+                extra={"workload": f"{w.namespace}/{w.name}", "reason": w.state_reason},
+            )
         s.commit()
 
     # -- follow --
@@ -188,7 +195,13 @@ class RemoteSteps:
         d.state, w.state, w.state_reason = "cancelled", "requeued", why
         d.updated_at = self.clock.now()
         out.requeued.append(f"{w.namespace}/{w.name}")
-        log.warning("requeued %s/%s: %s", w.namespace, w.name, why)
+        log.warning(
+            "requeued %s/%s: %s",
+            w.namespace,
+            w.name,
+            why,
+            extra={"workload": f"{w.namespace}/{w.name}", "reason": why},
+        )
         s.commit()
 
     def _isolated(self, s: Session, d: DispatchRow, step: str, work: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -57,13 +58,27 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+_counted = threading.local()
+
+
+def statements() -> int:
+    """SQL statements this thread has sent so far (the reconcile pass reports its own share)."""
+    return getattr(_counted, "n", 0)
+
+
+def _count(*_: Any) -> None:
+    _counted.n = getattr(_counted, "n", 0) + 1
+
+
 def make_engine(url: URL | str) -> Engine:
     url = make_url(url)
     if url.get_backend_name() == "sqlite":
         engine = create_engine(url)
         event.listen(engine, "connect", _sqlite_pragmas)
-        return engine
-    return create_engine(url, pool_pre_ping=True)
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    event.listen(engine, "before_cursor_execute", _count)
+    return engine
 
 
 def sessions(engine: Engine) -> sessionmaker[Session]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import urllib3
 from kubernetes import client
 from sqlalchemy import select
@@ -159,3 +160,45 @@ def test_leader_failover(sandbox: Any, tmp_path: Path) -> None:
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        f"clusters: [{{name: c, cluster: {{server: '{server}'}}}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("on_prem", "said"),
+    [
+        ("{{inCluster: true}}", "spec.onPrem: inCluster: true, but this is not a pod"),
+        ("{{kubeconfig: /nonexistent/kubeconfig}}", "spec.onPrem: kubeconfig /nonexistent"),
+        ("{{kubeconfig: {closed}}}", "spec.onPrem: cannot reach the API server at http://127"),
+    ],
+    ids=["not-in-a-pod", "no-kubeconfig", "unreachable"],
+)
+def test_serve_says_in_one_line_what_keeps_it_from_starting(
+    tmp_path: Path, on_prem: str, said: str
+) -> None:
+    """A config that could not reach its cluster ended in a kubernetes ConfigException traceback."""
+    closed = _kubeconfig(tmp_path / "closed", f"http://127.0.0.1:{free_port()}")
+    text = SERVICE.replace("onPrem: {{kubeconfig: {onprem}}}", f"onPrem: {on_prem}")
+    config_dir = tmp_path / "config"
+    config_dir.mkdir()
+    (config_dir / "burst.yaml").write_text(
+        text.format(
+            db=tmp_path / "b.db",
+            remote=closed,
+            token=tmp_path / "token",
+            closed=closed,
+        )
+    )
+    assert burst_cli("db", "upgrade", "-c", str(config_dir)).returncode == 0
+    result = burst_cli("serve", "-c", str(config_dir), timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert said in result.stderr and "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr

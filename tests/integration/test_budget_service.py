@@ -4,11 +4,13 @@ spend plus what reservations still hold) never passes its amount."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from sqlalchemy import select
 
@@ -44,7 +46,9 @@ def budget_config(tmp_path: Path) -> config.Config:
     return config.load([tmp_path], config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()))
 
 
-def test_a_hard_budget_holds_over_many_passes(kube: Any, tmp_path: Path) -> None:
+def test_a_hard_budget_holds_over_many_passes(
+    kube: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Three jobs whose estimates each fit the budget, no two together: the second pass saw
     the whole budget again (reservations were made only in tests, pools metered only when
     deleted) and dispatched all three."""
@@ -72,6 +76,7 @@ def test_a_hard_budget_holds_over_many_passes(kube: Any, tmp_path: Path) -> None
     for name in ("one", "two", "three"):
         job = job_manifest(name, 1, deadline="6h", seconds=1200)
         local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    caplog.set_level(logging.INFO, logger="burst")
     observer = Observer(kube, clock).start()
     (limit,) = ledger.budget_limits(cfg)
     try:
@@ -99,6 +104,14 @@ def test_a_hard_budget_holds_over_many_passes(kube: Any, tmp_path: Path) -> None
                 estimates |= set(amounts)
             clock.advance(timedelta(minutes=1))
         assert estimates and BUDGET.micros < 2 * min(estimates), estimates
+        # Each budget stop is logged with its reason when it starts, not on every pass.
+        stops = [
+            r
+            for r in caplog.records
+            if getattr(r, "workload", "").startswith("cms-ml/")
+            and "budget" in getattr(r, "reason", "")
+        ]
+        assert stops and len(stops) < 20, [r.getMessage() for r in stops]
         with sessions() as s:
             states = sorted(w.state for w in s.scalars(select(Workload)))
             entries = list(s.scalars(select(LedgerEntry)))

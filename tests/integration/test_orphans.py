@@ -7,6 +7,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from sqlalchemy import select
 
@@ -170,7 +171,7 @@ def test_a_row_whose_pool_vanished_is_closed_and_its_work_requeued(
 
 
 def test_a_pool_that_never_becomes_ready_fails_and_its_offer_is_backed_off(
-    kube: Any, tmp_path: Path
+    kube: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     reconciler, sim, sessions, clock = setup(kube, tmp_path)
     reconciler.provisioner.launch_timeouts["sim-aws"] = timedelta(seconds=30)
@@ -196,6 +197,10 @@ def test_a_pool_that_never_becomes_ready_fails_and_its_offer_is_backed_off(
             and row.state == "failed"
             and "launch timeout" in (row.state_reason or "")
         )
+    # The failure is in the logs with its reason, named by pool, not only in the database.
+    (failed,) = [r for r in caplog.records if getattr(r, "state", None) == "failed"]
+    assert failed.levelname == "WARNING" and getattr(failed, "pool", None) == "slow-pool"
+    assert "launch timeout" in getattr(failed, "reason", "")
     assert OFFER in reconciler.unavailable.current()
     assert sim.list_pools("burst-demo") == []  # and it was let go
     # A replica started after this (a restart, a new leader) starts from the same back-off.
