@@ -261,6 +261,10 @@ class Observer:
                 else:
                     self._summaries[uid] = self._summarise(obj)
 
+    def object(self, uid: str) -> Obj | None:
+        """The cached Job or PyTorchJob with this uid (as last listed or watched), if any."""
+        return self.jobs.items.get(uid) or self.pytorchjobs.items.get(uid)
+
     def workloads(self) -> tuple[Workload, ...]:
         """Pending GPU workloads (burstable or not: the on-prem queue needs them all)."""
         self._refresh()

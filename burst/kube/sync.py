@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -25,6 +25,7 @@ from burst.kube.replicate import KubeObjects, suspend_patch
 from burst.kube.translate import ORIGIN_INSTALLATION
 
 Phase = Literal["missing", "pending", "running", "succeeded", "failed"]
+CopyKey = tuple[str, str, str]  # a remote copy's kind, namespace and name
 
 
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,9 +199,17 @@ class Syncer:
         remote_name: str,
         placement: str,
         cost: Money | None = None,
+        *,
+        listed: Mapping[CopyKey, Mapping[str, Any]] | None = None,
     ) -> StatusUpdate:
+        """Mirror the copy onto the local object. `listed`: this pass's copies from `copies()`
+        (one list per cluster instead of a read per copy); without it the copy is read."""
         meta = _meta(local)
-        found = remote.read(local["kind"], remote_namespace, remote_name)
+        found: Mapping[str, Any] | None
+        if listed is None:
+            found = remote.read(local["kind"], remote_namespace, remote_name)
+        else:
+            found = listed.get((local["kind"], remote_namespace, remote_name))
         update = status_update(local, found, placement, cost, self.clock.now(), self.prefix)
         current = meta.get("annotations") or {}
         if any(current.get(k) != v for k, v in update.annotations.items()):
@@ -249,6 +258,29 @@ class Syncer:
             local, "Warning", "BurstRequeued", f"{why}; the job is back in the on-prem queue"
         )
 
+    def copies(
+        self, remote: KubeObjects, kinds: Iterable[str] = ("Job", "PyTorchJob")
+    ) -> dict[CopyKey, dict[str, Any]]:
+        """Every copy this installation made in a remote cluster, by (kind, namespace, name):
+        one list per kind, selected by the installation's label."""
+        selector = f"{ORIGIN_INSTALLATION}={self.installation}"
+        out: dict[CopyKey, dict[str, Any]] = {}
+        for kind in sorted(set(kinds)):
+            if kind == "Job":
+                response = remote.batch.list_job_for_all_namespaces(
+                    label_selector=selector, _preload_content=False
+                )
+            else:
+                response = remote.custom.list_cluster_custom_object(
+                    "kubeflow.org", "v1", "pytorchjobs", label_selector=selector,
+                    _preload_content=False,
+                )  # fmt: skip
+            for obj in json.loads(response.data)["items"]:
+                # Items of a list need not carry their kind: it is known from the list.
+                obj = {**obj, "kind": kind}
+                out[(kind, _meta(obj)["namespace"], _meta(obj)["name"])] = obj
+        return out
+
     def collect_stale(self, remote: KubeObjects, active: set[tuple[str, str]]) -> list[str]:
         """Delete what this installation made in a remote cluster that no active dispatch backs:
         copies whose workload is gone, finished or requeued, and the Secrets and ConfigMaps burst
@@ -256,20 +288,10 @@ class Syncer:
         copies of planned and dispatched workloads."""
         selector = f"{ORIGIN_INSTALLATION}={self.installation}"
         gone = []
-        jobs = json.loads(
-            remote.batch.list_job_for_all_namespaces(
-                label_selector=selector, _preload_content=False
-            ).data
-        )["items"]
-        torch = remote.custom.list_cluster_custom_object(
-            "kubeflow.org", "v1", "pytorchjobs", label_selector=selector
-        )["items"]
-        # Items of a built-in list need not carry their kind: it is known from the list.
-        for kind, obj in [*(("Job", j) for j in jobs), *(("PyTorchJob", t) for t in torch)]:
-            where = (_meta(obj)["namespace"], _meta(obj)["name"])
-            if where not in active:
-                remote.delete(kind, *where)
-                gone.append("/".join(where))
+        for kind, namespace, name in sorted(self.copies(remote)):
+            if (namespace, name) not in active:
+                remote.delete(kind, namespace, name)
+                gone.append(f"{namespace}/{name}")
         in_use = {namespace for namespace, _ in active}
         for kind, items in (
             ("Secret", remote.core.list_secret_for_all_namespaces),

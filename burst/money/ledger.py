@@ -30,7 +30,7 @@ from burst.config import Config
 from burst.metrics import BUDGET_ALERTS
 from burst.money.chain import append
 from burst.money.meter import Charge
-from burst.store.tables import BudgetLock, BudgetReservation, LedgerEntry, Workload
+from burst.store.tables import BudgetLock, BudgetReservation, Dispatch, LedgerEntry, Workload
 
 log = logging.getLogger(__name__)
 Period = Literal["month", "week", "day"]
@@ -268,14 +268,20 @@ def spent(
 
 def held(session: Session, budget: str, start: datetime, end: datetime) -> dict[str, int]:
     """What the budget's reservations made in the period still hold, per currency: each one less
-    what its workload has been charged since it was made (its spend counts once, as posted)."""
-    rows = session.execute(
-        select(
-            BudgetReservation.amount_micros,
-            BudgetReservation.currency,
-            BudgetReservation.created_at,
-            Workload.uid,
+    what its workload has been charged since it was made (its spend counts once, as posted).
+    One statement: the charges come from a correlated subquery on the ledger's workload index."""
+    charged = (
+        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
+        .where(
+            LedgerEntry.workload_uid == Workload.uid,
+            LedgerEntry.currency == BudgetReservation.currency,
+            LedgerEntry.period_end > BudgetReservation.created_at,
         )
+        .correlate(Workload, BudgetReservation)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(BudgetReservation.amount_micros, BudgetReservation.currency, charged)
         .outerjoin(Workload, Workload.id == BudgetReservation.workload_id)
         .where(
             BudgetReservation.budget == budget,
@@ -285,20 +291,8 @@ def held(session: Session, budget: str, start: datetime, end: datetime) -> dict[
         )
     ).all()
     out: dict[str, int] = {}
-    for amount, currency, since, uid in rows:
-        charged = 0
-        if uid is not None:
-            charged = int(
-                session.scalar(
-                    select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0)).where(
-                        LedgerEntry.workload_uid == uid,
-                        LedgerEntry.currency == currency,
-                        LedgerEntry.period_end > since,
-                    )
-                )
-                or 0
-            )
-        out[currency] = out.get(currency, 0) + max(0, amount - charged)
+    for amount, currency, spent_since in rows:
+        out[currency] = out.get(currency, 0) + max(0, amount - int(spent_since or 0))
     return out
 
 
@@ -429,6 +423,19 @@ def crossed(
         for t in sorted(thresholds)
         if before_micros * 100 < t * amount_micros <= used_micros * 100
     ]
+
+
+def dispatched_costs(session: Session, currency: str = "USD") -> dict[str, int]:
+    """What each workload with a dispatched copy has cost so far, in one grouped query."""
+    running = select(Workload.uid).where(
+        Workload.id.in_(select(Dispatch.workload_id).where(Dispatch.state == "dispatched"))
+    )
+    query = (
+        select(LedgerEntry.workload_uid, cast(func.sum(LedgerEntry.amount_micros), BigInteger))
+        .where(LedgerEntry.workload_uid.in_(running), LedgerEntry.currency == currency)
+        .group_by(LedgerEntry.workload_uid)
+    )
+    return {uid: int(total or 0) for uid, total in session.execute(query) if uid}
 
 
 def workload_cost(session: Session, workload_uid: str) -> dict[str, int]:

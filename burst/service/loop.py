@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import decide
@@ -91,6 +91,7 @@ class Reconciler:
             remotes=remotes,
             replicator=replicator,
             syncer=syncer,
+            cached=observer.object,
         )
         self.teardown = Teardown(
             config=config,
@@ -162,29 +163,33 @@ class Reconciler:
         )
 
     def _plan(self, s: Session) -> Plan:
-        known = {w.uid: w for w in s.scalars(select(Workload))}
+        known: dict[str, str] = {
+            uid: state for uid, state in s.execute(select(Workload.uid, Workload.state))
+        }
         pending = []
         for w in self.observer.workloads():
-            row = known.get(w.uid)
-            if row is None or row.state == "pending":
+            state = known.get(w.uid)
+            if state is None or state == "pending":
                 pending.append(w)
-            elif row.state == "planned":
+            elif state == "planned":
                 pending.append(replace(w, phase="planned", planned_pool=None))
         QUEUE.set(len(pending))
         used: dict[str, list[int]] = {}
         active_pools = set()
-        for d in s.scalars(select(DispatchRow).where(DispatchRow.state.in_(ACTIVE))):
-            held = s.get(Workload, d.workload_id)
-            pool = s.get(Pool, d.pool_id)
-            if held is not None and pool is not None:
-                used.setdefault(pool.name, []).extend([held.gpus_per_pod] * held.pods)
-                active_pools.add(pool.name)
+        for gpus, pods, name in s.execute(
+            select(Workload.gpus_per_pod, Workload.pods, Pool.name)
+            .join(DispatchRow, DispatchRow.workload_id == Workload.id)
+            .join(Pool, Pool.id == DispatchRow.pool_id)
+            .where(DispatchRow.state.in_(ACTIVE))
+        ):
+            used.setdefault(name, []).extend([gpus] * pods)
+            active_pools.add(name)
         now = self.clock.now()
-        for pool in s.scalars(select(Pool).where(Pool.state == "ready")):
-            if pool.name in active_pools:
-                self.teardown.idle_since.pop(pool.name, None)
+        for name in s.scalars(select(Pool.name).where(Pool.state == "ready")):
+            if name in active_pools:
+                self.teardown.idle_since.pop(name, None)
             else:
-                self.teardown.idle_since.setdefault(pool.name, now)
+                self.teardown.idle_since.setdefault(name, now)
         snapshot = Snapshot(
             taken_at=now,
             workloads=tuple(pending),
@@ -216,8 +221,8 @@ class Reconciler:
 
     def _act(self, s: Session, plan: Plan) -> list[str]:
         """Carry the plan out; returns the pools the cloud refused at once."""
-        by_uid = {w.uid: w for w in self.observer.workloads()}
         refused = []
+        dispatches = []
         for action in _fresh_names(s, plan.actions):
             if isinstance(action, CreatePool):
                 if self.provisioner.create(s, action).state == "failed":
@@ -225,25 +230,52 @@ class Reconciler:
             elif isinstance(action, ResizePool):
                 self.provisioner.resize(s, action.pool, action.nodes)
             elif isinstance(action, Dispatch):
-                w = by_uid.get(action.workload)
-                if w is not None:
-                    self._record_dispatch(s, action, w)
+                dispatches.append(action)  # recorded together, once their pools have rows
             elif isinstance(action, DeletePool):
                 self.teardown.delete_pool(s, action.pool, action.reason)
+        self._record_dispatches(s, dispatches)
         # Planned dispatches are intents for the next pass, which replicates them: one commit for
         # all of them (a pass that dies before it loses only plans, and the next pass plans again).
         s.commit()
         return refused
 
-    def _record_dispatch(self, s: Session, action: Dispatch, w: WorkloadView) -> None:
+    def _record_dispatches(self, s: Session, actions: Sequence[Dispatch]) -> None:
+        """The plan's dispatches, with their pools, workload rows and earlier attempts read in
+        three queries for all of them."""
+        by_uid = {w.uid: w for w in self.observer.workloads()}
+        wanted = [(a, by_uid[a.workload]) for a in actions if a.workload in by_uid]
+        if not wanted:
+            return
+        names = {a.pool for a, _ in wanted}
+        uids = [w.uid for _, w in wanted]
+        pools = {p.name: p for p in s.scalars(select(Pool).where(Pool.name.in_(names)))}
+        rows = {r.uid: r for r in s.scalars(select(Workload).where(Workload.uid.in_(uids)))}
+        attempts: dict[int, int] = {
+            workload: count
+            for workload, count in s.execute(
+                select(DispatchRow.workload_id, func.count())
+                .where(DispatchRow.workload_id.in_([r.id for r in rows.values()]))
+                .group_by(DispatchRow.workload_id)
+            )
+        }
+        for action, w in wanted:
+            pool = pools.get(action.pool)
+            if pool is not None:
+                self._record_dispatch(s, action, w, pool, rows.get(w.uid), attempts)
+
+    def _record_dispatch(
+        self,
+        s: Session,
+        action: Dispatch,
+        w: WorkloadView,
+        pool: Pool,
+        row: Workload | None,
+        attempts: Mapping[int, int],
+    ) -> None:
         """The dispatch intent, for the next pass to replicate once its pool is ready, with its
         estimate reserved against every budget over it in the same transaction."""
-        pool = s.scalar(select(Pool).where(Pool.name == action.pool))
-        if pool is None:
-            return
         now = self.clock.now()
         policy = self._policy_name(w.namespace, w.labels)
-        row = s.scalar(select(Workload).where(Workload.uid == w.uid))
         if row is None:
             row = Workload(
                 uid=w.uid,
@@ -285,9 +317,7 @@ class Reconciler:
             row.state_reason = str(exc)
             return
         row.state, row.state_reason, row.updated_at = "planned", action.reason, now
-        attempt = 1 + len(
-            list(s.scalars(select(DispatchRow).where(DispatchRow.workload_id == row.id)))
-        )
+        attempt = 1 + attempts.get(row.id, 0)
         s.add(
             DispatchRow(
                 workload_id=row.id,

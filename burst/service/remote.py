@@ -13,7 +13,7 @@ by `collect`, which the service runs on the orphan-GC schedule.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from burst.amounts import Money
 from burst.clock import Clock
 from burst.config import Config
 from burst.kube.replicate import KubeObjects, Replicator
-from burst.kube.sync import RemoteHealth, Syncer
+from burst.kube.sync import CopyKey, RemoteHealth, Syncer
 from burst.kube.translate import remote_name
 from burst.money import ledger
 from burst.store.tables import Dispatch as DispatchRow
@@ -64,25 +64,34 @@ class RemoteSteps:
         remotes: Mapping[str, KubeObjects],
         replicator: Replicator,
         syncer: Syncer,
+        cached: Callable[[str], Mapping[str, Any] | None] = lambda uid: None,
         health: RemoteHealth | None = None,
     ) -> None:
         assert config.service is not None
         self.config, self.clock, self.local, self.remotes = config, clock, local, remotes
         self.targets = {t.name: t for t in config.service.spec.targets}
         self.replicator, self.syncer = replicator, syncer
+        self.cached = cached  # the on-prem watch's copy of a local object, by uid
         self.health = health or RemoteHealth(clock)
+
+    def _local(self, w: Workload) -> Mapping[str, Any] | None:
+        """The local object from the watch cache; read only if the cache lacks it (deleted, or
+        not seen yet), so that a deletion is confirmed by the API server itself."""
+        found = self.cached(w.uid)
+        return found if found is not None else self.local.read(w.kind, w.namespace, w.name)
 
     # -- replicate --
 
     def dispatch_ready(self, s: Session, out: Outcomes) -> None:
         """Replicate every planned dispatch whose pool is ready; requeue those whose pool failed."""
-        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "planned")).all():
-            self._isolated(s, d, "dispatch", lambda d=d: self._dispatch_one(s, d, out))
+        for d, w, pool in _joined(s, "planned"):
+            self._isolated(
+                s, d, "dispatch", lambda d=d, w=w, p=pool: self._dispatch_one(s, d, w, p, out)
+            )
 
-    def _dispatch_one(self, s: Session, d: DispatchRow, out: Outcomes) -> None:
-        pool = s.get(Pool, d.pool_id)
-        w = s.get(Workload, d.workload_id)
-        assert w is not None and pool is not None
+    def _dispatch_one(
+        self, s: Session, d: DispatchRow, w: Workload, pool: Pool, out: Outcomes
+    ) -> None:
         if pool.state == "failed":  # the pool never came: back to the queue, the next plan decides
             d.state, w.state = "cancelled", "pending"
             w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
@@ -134,31 +143,67 @@ class RemoteSteps:
     # -- follow --
 
     def follow(self, s: Session, out: Outcomes) -> None:
-        """Mirror each dispatched copy back; finish, requeue or clean up as it tells."""
-        for d in s.scalars(select(DispatchRow).where(DispatchRow.state == "dispatched")).all():
+        """Mirror each dispatched copy back; finish, requeue or clean up as it tells. The
+        dispatches come with their workloads and pools in one query, their costs in another,
+        and each cluster's copies in one list per kind."""
+        rows = _joined(s, "dispatched")
+        if not rows:
+            return
+        costs = ledger.dispatched_costs(s)
+        copies = self._copies({(d.target, w.kind) for d, w, _ in rows})
+        for d, w, pool in rows:
             if self.health.lost(d.target):
+                why = f"{d.target} stopped answering"
+                self._isolated(
+                    s, d, "requeue", lambda d=d, w=w, why=why: self._requeue(s, d, w, why, out)
+                )
+            elif d.target in copies:
                 self._isolated(
                     s,
                     d,
-                    "requeue",
-                    lambda d=d: self._requeue(s, d, f"{d.target} stopped answering", out),
+                    "sync",
+                    lambda d=d, w=w, p=pool: self._follow_one(
+                        s, d, w, p, copies[d.target], costs.get(w.uid), out
+                    ),
                 )
-                continue
-            self._isolated(s, d, "sync", lambda d=d: self._follow_one(s, d, out))
 
-    def _follow_one(self, s: Session, d: DispatchRow, out: Outcomes) -> None:
-        w = s.get(Workload, d.workload_id)
-        assert w is not None
+    def _copies(self, wanted: set[tuple[str, str]]) -> dict[str, dict[CopyKey, Any]]:
+        """Each target's copies, listed once; a target that does not answer is left out of this
+        pass (and counted against its grace period)."""
+        out = {}
+        for target in sorted({t for t, _ in wanted}):
+            kinds = {k for t, k in wanted if t == target}
+            try:
+                out[target] = self.syncer.copies(self.remotes[target], kinds)
+            except CLUSTER_ERRORS as exc:
+                self._failed(target, exc)
+                log.warning(
+                    "listing copies on %s failed: %s",
+                    target,
+                    getattr(exc, "reason", None) or exc.__class__.__name__,
+                    extra={"target": target},
+                )
+            else:
+                self.health.ok(target)
+        return out
+
+    def _follow_one(
+        self,
+        s: Session,
+        d: DispatchRow,
+        w: Workload,
+        pool: Pool,
+        listed: Mapping[CopyKey, Any],
+        micros: int | None,
+        out: Outcomes,
+    ) -> None:
         remote = self.remotes[d.target]
-        obj = self.local.read(w.kind, w.namespace, w.name)
+        obj = self._local(w)
         if obj is None:  # the user deleted it: the remote copy goes too
             remote.delete(w.kind, d.remote_namespace, d.remote_name)
             d.state, w.state, d.updated_at = "done", "cancelled", self.clock.now()
             s.commit()
             return
-        micros = ledger.workload_cost(s, w.uid).get("USD")
-        pool = s.get(Pool, d.pool_id)
-        assert pool is not None
         update = self.syncer.sync(
             obj,
             remote,
@@ -166,6 +211,7 @@ class RemoteSteps:
             d.remote_name,
             f"{d.target}/{pool.name}",
             Money(micros, "USD") if micros else None,
+            listed=listed,
         )
         phase = update.annotations.get(f"{self.syncer.prefix}remote-phase")
         if update.finished is not None:
@@ -173,7 +219,7 @@ class RemoteSteps:
             out.finished.append(f"{w.namespace}/{w.name}")
             s.commit()
         elif phase == "missing":
-            self._requeue(s, d, f"its copy {d.remote_namespace}/{d.remote_name} vanished", out)
+            self._requeue(s, d, w, f"its copy {d.remote_namespace}/{d.remote_name} vanished", out)
         elif phase == "running" and d.state_reason != "ran":
             d.state_reason = "ran"  # once it ran, a Pending spell is not a stuck copy
             s.commit()
@@ -184,12 +230,11 @@ class RemoteSteps:
         ):
             # Gone first, then resumed here: a copy that started late would run beside it.
             remote.delete(w.kind, d.remote_namespace, d.remote_name)
-            self._requeue(s, d, f"its copy sat Pending over {STUCK_PENDING} on {d.target}", out)
+            why = f"its copy sat Pending over {STUCK_PENDING} on {d.target}"
+            self._requeue(s, d, w, why, out)
 
-    def _requeue(self, s: Session, d: DispatchRow, why: str, out: Outcomes) -> None:
-        w = s.get(Workload, d.workload_id)
-        assert w is not None
-        obj = self.local.read(w.kind, w.namespace, w.name)
+    def _requeue(self, s: Session, d: DispatchRow, w: Workload, why: str, out: Outcomes) -> None:
+        obj = self._local(w)
         if obj is not None:
             self.syncer.requeue(obj, why)
         d.state, w.state, w.state_reason = "cancelled", "requeued", why
@@ -210,12 +255,16 @@ class RemoteSteps:
             work()
         except CLUSTER_ERRORS as exc:
             s.rollback()
-            if isinstance(exc, UNREACHABLE) or getattr(exc, "status", 0) in (0, 502, 503, 504):
-                self.health.failed(d.target)
+            self._failed(d.target, exc)
             why = getattr(exc, "reason", None) or exc.__class__.__name__
             log.warning("%s of dispatch %d on %s failed: %s", step, d.id, d.target, why)
         else:
             self.health.ok(d.target)
+
+    def _failed(self, target: str, exc: BaseException) -> None:
+        """An unreachable or unavailable cluster counts against its grace; a refusal does not."""
+        if isinstance(exc, UNREACHABLE) or getattr(exc, "status", 0) in (0, 502, 503, 504):
+            self.health.failed(target)
 
     # -- collect --
 
@@ -246,3 +295,15 @@ class RemoteSteps:
             except CLUSTER_ERRORS as exc:
                 log.warning("collecting on %s: %s", target, exc.__class__.__name__)
         return done
+
+
+def _joined(s: Session, state: str) -> list[tuple[DispatchRow, Workload, Pool]]:
+    """The dispatches in `state` with their workloads and pools, in one query."""
+    rows = s.execute(
+        select(DispatchRow, Workload, Pool)
+        .join(Workload, Workload.id == DispatchRow.workload_id)
+        .join(Pool, Pool.id == DispatchRow.pool_id)
+        .where(DispatchRow.state == state)
+        .order_by(DispatchRow.id)
+    ).all()
+    return [(d, w, p) for d, w, p in rows]

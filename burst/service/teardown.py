@@ -10,7 +10,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import cast
 
-from sqlalchemy import select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import failpoints
@@ -50,6 +50,7 @@ class Teardown:
         self.provisioner, self.syncer = provisioner, syncer
         self.idle_since: dict[str, datetime] = {}  # ready pools with nothing on them, since when
         self._orphans_seen: dict[str, datetime] = {}
+        self._metered_to: datetime | None = None  # the hour up to which live pools are charged
 
     # -- orphans, both ways --
 
@@ -124,40 +125,51 @@ class Teardown:
             self.provisioner.mark_deleted(s, row)
 
     def meter_live(self, s: Session) -> None:
-        """Charge the closed hours of every pool still running, and let go the reservations
-        whose dispatch has ended and whose hours are all charged."""
-        for row in s.scalars(select(Pool).where(Pool.state.in_(LIVE_STATES))).all():
-            self.meter_pool(s, row)
+        """Charge the closed hours of every pool still running, once per hour that closes (in
+        the first pass after it, and in a new process's first pass), and let go the
+        reservations whose dispatch has ended and whose hours are all charged."""
         hour = self.clock.now().replace(minute=0, second=0, microsecond=0)
-        done = []
-        for r in s.scalars(select(BudgetReservation).where(BudgetReservation.state == "held")):
-            pool = s.get(Pool, r.pool_id) if r.pool_id is not None else None
-            ended = [
-                d.updated_at
-                for d in s.scalars(
-                    select(DispatchRow).where(
-                        DispatchRow.workload_id == r.workload_id, DispatchRow.pool_id == r.pool_id
+        if self._metered_to != hour:
+            for row in s.scalars(select(Pool).where(Pool.state.in_(LIVE_STATES))).all():
+                self.meter_pool(s, row)
+            self._metered_to = hour
+        held = s.execute(
+            select(BudgetReservation.id, BudgetReservation.workload_id, BudgetReservation.pool_id, Pool.state)
+            .outerjoin(Pool, Pool.id == BudgetReservation.pool_id)
+            .where(BudgetReservation.state == "held")
+        ).all()  # fmt: skip
+        if not held:
+            return
+        # Per (workload, pool): its dispatches, how many still active, the last one's end.
+        ends = {
+            (workload, pool): (active, last)
+            for workload, pool, active, last in s.execute(
+                select(
+                    DispatchRow.workload_id,
+                    DispatchRow.pool_id,
+                    func.sum(case((DispatchRow.state.in_(ACTIVE), 1), else_=0)),
+                    func.max(DispatchRow.updated_at),
+                )
+                .where(
+                    DispatchRow.workload_id.in_(
+                        select(BudgetReservation.workload_id).where(
+                            BudgetReservation.state == "held"
+                        )
                     )
                 )
-                if d.state not in ACTIVE
-            ]
-            if pool is None or pool.state in ("deleted", "failed"):
-                done.append(r.id)  # metered to the end when it went
-            elif ended and max(ended) < hour and len(ended) == self._attempts(s, r):
-                done.append(r.id)
+                .group_by(DispatchRow.workload_id, DispatchRow.pool_id)
+            )
+        }
+        done = []
+        for rid, workload, pool, state in held:
+            active, last = ends.get((workload, pool), (1, None))
+            if state is None or state in ("deleted", "failed"):
+                done.append(rid)  # metered to the end when it went
+            elif not active and last is not None and last < hour:
+                done.append(rid)  # every attempt there ended before the hour now charged
         if done:
             ledger.release(s, done, self.clock)
             s.commit()
-
-    @staticmethod
-    def _attempts(s: Session, r: BudgetReservation) -> int:
-        return len(
-            s.scalars(
-                select(DispatchRow.id).where(
-                    DispatchRow.workload_id == r.workload_id, DispatchRow.pool_id == r.pool_id
-                )
-            ).all()
-        )
 
     def meter_pool(self, s: Session, row: Pool) -> int:
         """Post the pool's closed hours (all of them once it is deleted). Every dispatch that
