@@ -4,8 +4,9 @@ Two `burst sandbox up` processes are the on-prem and the remote cluster. N suspe
 run on-prem, each with its copy in the remote cluster, dispatched to N/10 ready pools of a
 simulated cloud (so 1,000 pools at 10,000), with a ledger of L rows (`--ledger`, filled as
 bench_report fills it). The database is seeded as the service would have left it; two passes
-settle the annotations, then each measured pass is `Reconciler.run_once()` as `burst serve` runs
-it: statements counted by the engine, wall time. `changed` is a pass after 1 % of the jobs
+settle the annotations and start the watch on the remote copies, then each measured pass is
+`Reconciler.run_once()` wired as `burst serve` wires it: statements counted by the engine, wall
+time. `changed` is a pass after 1 % of the jobs
 (at least one) were deleted by their users: the statements a change costs on top of the steady
 ones.
 
@@ -232,10 +233,13 @@ def measure(local_url: str, remote_url: str, db_url: str, jobs: int, ledger: int
     observer.wait_synced(120)
     loop = reconciler_for(
         cfg, shipped, clock, sessions, observer, local_api, {"sim-aws": remote_api},
-        {"sim-aws": provider},
+        {"sim-aws": provider}, mirror_copies=True,
     )  # fmt: skip
-    for _ in range(2):  # the first passes write the placement annotations
+    for _ in range(2):  # the first passes write the placement annotations, start the mirror
         loop.run_once()
+    for mirror in loop.remote.mirrors.values():
+        for cache in mirror.caches.values():
+            cache.synced.wait(120)
     steady = [loop.run_once() for _ in range(3)]
     gone = names[: max(1, jobs // 100)]
     batch = client.BatchV1Api(local_api)
@@ -244,6 +248,8 @@ def measure(local_url: str, remote_url: str, db_url: str, jobs: int, ledger: int
     time.sleep(1.0)  # for the watch to see the deletes
     changed = loop.run_once()
     observer.stop()
+    for mirror in loop.remote.mirrors.values():
+        mirror.stop()
     engine.dispose()
     return {
         "bench": "pass",

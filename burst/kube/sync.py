@@ -20,12 +20,12 @@ from typing import Any, Literal
 from burst import failpoints
 from burst.amounts import Money
 from burst.clock import Clock
+from burst.kube.copies import CopyKey
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, suspend_patch
 from burst.kube.translate import ORIGIN_INSTALLATION
 
 Phase = Literal["missing", "pending", "running", "succeeded", "failed"]
-CopyKey = tuple[str, str, str]  # a remote copy's kind, namespace and name
 
 
 def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -202,14 +202,14 @@ class Syncer:
         *,
         listed: Mapping[CopyKey, Mapping[str, Any]] | None = None,
     ) -> StatusUpdate:
-        """Mirror the copy onto the local object. `listed`: this pass's copies from `copies()`
-        (one list per cluster instead of a read per copy); without it the copy is read."""
+        """Mirror the copy onto the local object. `listed`: this pass's copies, listed or
+        mirrored (one list per cluster instead of a read per copy); a copy they lack, or all
+        copies without them, is read, so that a copy is never called missing on a list or a
+        mirror that has not caught up with its creation."""
         meta = _meta(local)
-        found: Mapping[str, Any] | None
-        if listed is None:
+        found = (listed or {}).get((local["kind"], remote_namespace, remote_name))
+        if found is None:
             found = remote.read(local["kind"], remote_namespace, remote_name)
-        else:
-            found = listed.get((local["kind"], remote_namespace, remote_name))
         update = status_update(local, found, placement, cost, self.clock.now(), self.prefix)
         current = meta.get("annotations") or {}
         if any(current.get(k) != v for k, v in update.annotations.items()):

@@ -72,6 +72,8 @@ class ResourceCache:
         self.resource_version: str | None = None
         self.relists = self.reconnects = 0
         self.synced = threading.Event()
+        # False from a failed list or watch until the next one connects: the mirror may be stale.
+        self.connected = False
         self._timeout, self._max_backoff, self._sleep = watch_timeout, max_backoff, sleep
 
     def relist(self) -> None:
@@ -95,6 +97,7 @@ class ResourceCache:
             self.items[uid] = obj
         self.resource_version = version
         self.relists += 1
+        self.connected = True
         self.synced.set()
 
     def _list_pages(self) -> tuple[list[Obj], str]:
@@ -119,6 +122,7 @@ class ResourceCache:
             _preload_content=False,
             _request_timeout=watch_timeout(self._timeout),
         )
+        self.connected = True
         try:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if stop.is_set():
@@ -158,6 +162,7 @@ class ResourceCache:
             except Expired:
                 self.resource_version = None  # compacted: a fresh list, then watch from there
             except Exception as exc:
+                self.connected = False
                 self.reconnects += 1
                 log.warning(
                     "watch %s: %s; reconnecting in %.1f s",

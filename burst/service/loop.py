@@ -14,14 +14,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import decide
 from burst.clock import Clock
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.cloud.provision import Provisioner, pool_views
-from burst.config import Config, selector_matches
+from burst.config import Config
+from burst.kube.copies import RemoteCopies
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import Syncer
@@ -36,9 +37,9 @@ from burst.model import (
     ResizePool,
     Snapshot,
 )
-from burst.model import Workload as WorkloadView
 from burst.money import ledger
 from burst.service import logs
+from burst.service.intents import Intents
 from burst.service.remote import Outcomes, RemoteSteps
 from burst.service.teardown import Teardown
 from burst.store import database
@@ -73,6 +74,7 @@ class Reconciler:
         replicator: Replicator,
         syncer: Syncer,
         budgets: Sequence[ledger.BudgetLimit] = (),
+        mirrors: Mapping[str, RemoteCopies] | None = None,
     ) -> None:
         assert config.service is not None
         self.config, self.service = config, config.service.spec
@@ -92,6 +94,10 @@ class Reconciler:
             replicator=replicator,
             syncer=syncer,
             cached=observer.object,
+            mirrors=mirrors,
+        )
+        self.intents = Intents(
+            config=config, clock=clock, budgets=self.budgets, epoch=lambda: provisioner.epoch
         )
         self.teardown = Teardown(
             config=config,
@@ -233,112 +239,11 @@ class Reconciler:
                 dispatches.append(action)  # recorded together, once their pools have rows
             elif isinstance(action, DeletePool):
                 self.teardown.delete_pool(s, action.pool, action.reason)
-        self._record_dispatches(s, dispatches)
+        self.intents.record(s, dispatches, self.observer.workloads())
         # Planned dispatches are intents for the next pass, which replicates them: one commit for
         # all of them (a pass that dies before it loses only plans, and the next pass plans again).
         s.commit()
         return refused
-
-    def _record_dispatches(self, s: Session, actions: Sequence[Dispatch]) -> None:
-        """The plan's dispatches, with their pools, workload rows and earlier attempts read in
-        three queries for all of them."""
-        by_uid = {w.uid: w for w in self.observer.workloads()}
-        wanted = [(a, by_uid[a.workload]) for a in actions if a.workload in by_uid]
-        if not wanted:
-            return
-        names = {a.pool for a, _ in wanted}
-        uids = [w.uid for _, w in wanted]
-        pools = {p.name: p for p in s.scalars(select(Pool).where(Pool.name.in_(names)))}
-        rows = {r.uid: r for r in s.scalars(select(Workload).where(Workload.uid.in_(uids)))}
-        attempts: dict[int, int] = {
-            workload: count
-            for workload, count in s.execute(
-                select(DispatchRow.workload_id, func.count())
-                .where(DispatchRow.workload_id.in_([r.id for r in rows.values()]))
-                .group_by(DispatchRow.workload_id)
-            )
-        }
-        for action, w in wanted:
-            pool = pools.get(action.pool)
-            if pool is not None:
-                self._record_dispatch(s, action, w, pool, rows.get(w.uid), attempts)
-
-    def _record_dispatch(
-        self,
-        s: Session,
-        action: Dispatch,
-        w: WorkloadView,
-        pool: Pool,
-        row: Workload | None,
-        attempts: Mapping[int, int],
-    ) -> None:
-        """The dispatch intent, for the next pass to replicate once its pool is ready, with its
-        estimate reserved against every budget over it in the same transaction."""
-        now = self.clock.now()
-        policy = self._policy_name(w.namespace, w.labels)
-        if row is None:
-            row = Workload(
-                uid=w.uid,
-                kind=w.kind,
-                namespace=w.namespace,
-                name=w.name,
-                team=w.team,
-                gpus_per_pod=w.gpus_per_pod,
-                pods=w.pods,
-                accelerator=w.accelerator,
-                created_at=w.created,
-                updated_at=now,
-            )
-            s.add(row)
-        row.policy = policy
-        s.flush()
-        rates = self.service.usd_rates(now)
-        try:
-            with s.begin_nested():  # a refusal takes back this dispatch's reservations only
-                for budget in self.budgets:
-                    if budget.covers(w.team, policy, w.namespace):
-                        ledger.reserve(
-                            s,
-                            budget,
-                            action.estimated_cost,
-                            self.clock,
-                            rates,
-                            pool_id=pool.id,
-                            workload_id=row.id,
-                        )
-        except ledger.BudgetExceeded as exc:
-            log.warning(
-                "not dispatching %s/%s: %s",
-                w.namespace,
-                w.name,
-                exc,
-                extra={"workload": f"{w.namespace}/{w.name}", "reason": str(exc)},
-            )
-            row.state_reason = str(exc)
-            return
-        row.state, row.state_reason, row.updated_at = "planned", action.reason, now
-        attempt = 1 + attempts.get(row.id, 0)
-        s.add(
-            DispatchRow(
-                workload_id=row.id,
-                pool_id=pool.id,
-                attempt=attempt,
-                target=action.target,
-                remote_namespace="",
-                remote_name=f"planned-{row.uid}-{attempt}",
-                state="planned",
-                epoch=self.provisioner.epoch,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-
-    def _policy_name(self, namespace: str, labels: Mapping[str, str]) -> str:
-        return next(
-            name
-            for name, p in sorted(self.config.policies.items())
-            if selector_matches(p.spec.selector, namespace, labels)
-        )
 
     def refresh_prices(self) -> list[str]:
         """Ask every provider that has live prices for them; the catalog keeps the last good ones."""

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -27,8 +27,9 @@ from burst import failpoints
 from burst.amounts import Money
 from burst.clock import Clock
 from burst.config import Config
+from burst.kube.copies import CopyKey, RemoteCopies
 from burst.kube.replicate import KubeObjects, Replicator
-from burst.kube.sync import CopyKey, RemoteHealth, Syncer
+from burst.kube.sync import RemoteHealth, Syncer
 from burst.kube.translate import remote_name
 from burst.money import ledger
 from burst.store.tables import Dispatch as DispatchRow
@@ -65,6 +66,7 @@ class RemoteSteps:
         replicator: Replicator,
         syncer: Syncer,
         cached: Callable[[str], Mapping[str, Any] | None] = lambda uid: None,
+        mirrors: Mapping[str, RemoteCopies] | None = None,
         health: RemoteHealth | None = None,
     ) -> None:
         assert config.service is not None
@@ -72,9 +74,10 @@ class RemoteSteps:
         self.targets = {t.name: t for t in config.service.spec.targets}
         self.replicator, self.syncer = replicator, syncer
         self.cached = cached  # the on-prem watch's copy of a local object, by uid
+        self.mirrors = dict(mirrors or {})  # each target's copies kept by a watch, if any
         self.health = health or RemoteHealth(clock)
 
-    def _local(self, w: Workload) -> Mapping[str, Any] | None:
+    def _local(self, w: Workload | Followed) -> Mapping[str, Any] | None:
         """The local object from the watch cache; read only if the cache lacks it (deleted, or
         not seen yet), so that a deletion is confirmed by the API server itself."""
         found = self.cached(w.uid)
@@ -146,25 +149,23 @@ class RemoteSteps:
         """Mirror each dispatched copy back; finish, requeue or clean up as it tells. The
         dispatches come with their workloads and pools in one query, their costs in another,
         and each cluster's copies in one list per kind."""
-        rows = _joined(s, "dispatched")
+        rows = _followed(s)
         if not rows:
             return
         costs = ledger.dispatched_costs(s)
-        copies = self._copies({(d.target, w.kind) for d, w, _ in rows})
-        for d, w, pool in rows:
-            if self.health.lost(d.target):
-                why = f"{d.target} stopped answering"
+        copies = self._copies({(f.target, f.kind) for f in rows})
+        for f in rows:
+            if self.health.lost(f.target):
+                why = f"{f.target} stopped answering"
                 self._isolated(
-                    s, d, "requeue", lambda d=d, w=w, why=why: self._requeue(s, d, w, why, out)
+                    s, f, "requeue", lambda f=f, why=why: self._requeue(s, *_load(s, f), why, out)
                 )
-            elif d.target in copies:
+            elif f.target in copies:
                 self._isolated(
                     s,
-                    d,
+                    f,
                     "sync",
-                    lambda d=d, w=w, p=pool: self._follow_one(
-                        s, d, w, p, copies[d.target], costs.get(w.uid), out
-                    ),
+                    lambda f=f: self._follow_one(s, f, copies[f.target], costs.get(f.uid), out),
                 )
 
     def _copies(self, wanted: set[tuple[str, str]]) -> dict[str, dict[CopyKey, Any]]:
@@ -173,7 +174,13 @@ class RemoteSteps:
         out = {}
         for target in sorted({t for t, _ in wanted}):
             kinds = {k for t, k in wanted if t == target}
-            try:
+            mirror = self.mirrors.get(target)
+            mirrored = mirror.snapshot(kinds) if mirror is not None else None
+            if mirrored is not None:
+                out[target] = mirrored
+                self.health.ok(target)
+                continue
+            try:  # no mirror, or not connected: list (a cluster that does not answer fails)
                 out[target] = self.syncer.copies(self.remotes[target], kinds)
             except CLUSTER_ERRORS as exc:
                 self._failed(target, exc)
@@ -190,48 +197,51 @@ class RemoteSteps:
     def _follow_one(
         self,
         s: Session,
-        d: DispatchRow,
-        w: Workload,
-        pool: Pool,
+        f: Followed,
         listed: Mapping[CopyKey, Any],
         micros: int | None,
         out: Outcomes,
     ) -> None:
-        remote = self.remotes[d.target]
-        obj = self._local(w)
+        """One copy's state mirrored; its rows are loaded only if it changed state."""
+        remote = self.remotes[f.target]
+        obj = self._local(f)
         if obj is None:  # the user deleted it: the remote copy goes too
-            remote.delete(w.kind, d.remote_namespace, d.remote_name)
+            remote.delete(f.kind, f.remote_namespace, f.remote_name)
+            d, w = _load(s, f)
             d.state, w.state, d.updated_at = "done", "cancelled", self.clock.now()
             s.commit()
             return
         update = self.syncer.sync(
             obj,
             remote,
-            d.remote_namespace,
-            d.remote_name,
-            f"{d.target}/{pool.name}",
+            f.remote_namespace,
+            f.remote_name,
+            f"{f.target}/{f.pool}",
             Money(micros, "USD") if micros else None,
             listed=listed,
         )
         phase = update.annotations.get(f"{self.syncer.prefix}remote-phase")
         if update.finished is not None:
+            d, w = _load(s, f)
             d.state, w.state, d.updated_at = "done", update.finished, self.clock.now()
-            out.finished.append(f"{w.namespace}/{w.name}")
+            out.finished.append(f"{f.namespace}/{f.name}")
             s.commit()
         elif phase == "missing":
-            self._requeue(s, d, w, f"its copy {d.remote_namespace}/{d.remote_name} vanished", out)
-        elif phase == "running" and d.state_reason != "ran":
+            why = f"its copy {f.remote_namespace}/{f.remote_name} vanished"
+            self._requeue(s, *_load(s, f), why, out)
+        elif phase == "running" and f.state_reason != "ran":
+            d, _ = _load(s, f)
             d.state_reason = "ran"  # once it ran, a Pending spell is not a stuck copy
             s.commit()
         elif (
             phase == "pending"
-            and d.state_reason != "ran"
-            and self.clock.now() - d.updated_at > STUCK_PENDING
+            and f.state_reason != "ran"
+            and self.clock.now() - f.updated_at > STUCK_PENDING
         ):
             # Gone first, then resumed here: a copy that started late would run beside it.
-            remote.delete(w.kind, d.remote_namespace, d.remote_name)
-            why = f"its copy sat Pending over {STUCK_PENDING} on {d.target}"
-            self._requeue(s, d, w, why, out)
+            remote.delete(f.kind, f.remote_namespace, f.remote_name)
+            why = f"its copy sat Pending over {STUCK_PENDING} on {f.target}"
+            self._requeue(s, *_load(s, f), why, out)
 
     def _requeue(self, s: Session, d: DispatchRow, w: Workload, why: str, out: Outcomes) -> None:
         obj = self._local(w)
@@ -249,7 +259,7 @@ class RemoteSteps:
         )
         s.commit()
 
-    def _isolated(self, s: Session, d: DispatchRow, step: str, work: Any) -> None:
+    def _isolated(self, s: Session, d: DispatchRow | Followed, step: str, work: Any) -> None:
         """One dispatch's step; a cluster's refusal or silence fails it alone."""
         try:
             work()
@@ -307,3 +317,53 @@ def _joined(s: Session, state: str) -> list[tuple[DispatchRow, Workload, Pool]]:
         .order_by(DispatchRow.id)
     ).all()
     return [(d, w, p) for d, w, p in rows]
+
+
+class Followed(NamedTuple):
+    """A dispatched copy as a steady pass needs it: plain columns, no ORM objects."""
+
+    id: int
+    workload_id: int
+    target: str
+    remote_namespace: str
+    remote_name: str
+    state_reason: str | None
+    updated_at: datetime
+    uid: str
+    kind: str
+    namespace: str
+    name: str
+    pool: str
+
+
+def _followed(s: Session) -> list[Followed]:
+    """Every dispatched copy with its workload and pool, in one query of plain columns (tens of
+    thousands of ORM objects a pass cost more than the query)."""
+    rows = s.execute(
+        select(
+            DispatchRow.id,
+            DispatchRow.workload_id,
+            DispatchRow.target,
+            DispatchRow.remote_namespace,
+            DispatchRow.remote_name,
+            DispatchRow.state_reason,
+            DispatchRow.updated_at,
+            Workload.uid,
+            Workload.kind,
+            Workload.namespace,
+            Workload.name,
+            Pool.name,
+        )
+        .join(Workload, Workload.id == DispatchRow.workload_id)
+        .join(Pool, Pool.id == DispatchRow.pool_id)
+        .where(DispatchRow.state == "dispatched")
+        .order_by(DispatchRow.id)
+    )
+    return [Followed._make(row) for row in rows]
+
+
+def _load(s: Session, f: Followed) -> tuple[DispatchRow, Workload]:
+    """The rows of a copy that changed state, to write to."""
+    d, w = s.get(DispatchRow, f.id), s.get(Workload, f.workload_id)
+    assert d is not None and w is not None
+    return d, w

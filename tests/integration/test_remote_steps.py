@@ -16,13 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from burst import config
 from burst.clock import FakeClock
 from burst.cloud import catalog
+from burst.kube.copies import CopyKey, RemoteCopies
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import RemoteHealth, Syncer
 from burst.service.remote import STUCK_PENDING, Outcomes, RemoteSteps
 from burst.store import database
 from burst.store.tables import Dispatch, Pool, Workload
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 from tests.integration.test_replicate_sync import (
     POOL,
     remote,
@@ -158,23 +159,30 @@ def test_one_workloads_refusal_does_not_stop_the_others(
         assert {d.state for d in s.query(Dispatch)} == {"planned", "dispatched"}
 
 
+@pytest.mark.parametrize("mirrored", [False, True], ids=["listed", "mirrored"])
 def test_a_vanished_copy_is_requeued_and_a_stuck_one_deleted_then_requeued(
-    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session], mirrored: bool
 ) -> None:
     """A copy deleted behind burst's back (or by its own TTL) left the local job suspended and the
-    pool billing for ever; a copy that never leaves Pending did the same."""
+    pool billing for ever; a copy that never leaves Pending did the same. The same whether the
+    copies are listed each pass or kept by a watch, as `burst serve` keeps them."""
     setup_local(kube)
     clock = FakeClock()
     with sessions() as s:
         planned(kube, s, "vanishing", clock)
         planned(kube, s, "stuck", clock, gpus=16)  # more than the pool's node has: Pending
     remote_steps = steps(kube, {TARGET: remote}, clock)
+    mirror = RemoteCopies(remote, "burst-demo", watch_timeout=5)
+    if mirrored:
+        remote_steps.mirrors = {TARGET: mirror}
     out = Outcomes()
     with sessions() as s:
         remote_steps.dispatch_ready(s, out)
         names = {d.workload_id: d.remote_name for d in s.query(Dispatch)}
     vanishing = next(n for n in names.values() if n.startswith("vanishing"))
+    wait_for(lambda: mirror.snapshot(["Job"]) and len(mirror.snapshot(["Job"]) or {}) == 2)
     remote.delete("Job", "burst-cms-ml", vanishing)
+    wait_for(lambda: len(mirror.snapshot(["Job"]) or {}) == 1)  # the watch saw it go
     with sessions() as s:
         remote_steps.follow(s, out)
     assert out.requeued == ["cms-ml/vanishing"]
@@ -190,6 +198,33 @@ def test_a_vanished_copy_is_requeued_and_a_stuck_one_deleted_then_requeued(
     assert remote.read("Job", "burst-cms-ml", stuck) is None  # gone before the job resumed
     reasons = [e.message for e in client.CoreV1Api(kube).list_namespaced_event("cms-ml").items]
     assert any("vanished" in r for r in reasons) and any("sat Pending" in r for r in reasons)
+    mirror.stop()
+
+
+class _Behind:
+    """A mirror one event behind its cluster: it has not seen the copy made a moment ago."""
+
+    def snapshot(self, kinds: object) -> dict[CopyKey, Any]:
+        return {}
+
+
+def test_a_copy_a_list_or_mirror_lacks_is_read_before_it_is_called_missing(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """A watch lags its cluster: a copy created this pass may not be in it yet. Called missing,
+    the workload would be requeued on-prem while its copy starts in the cloud."""
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        planned(kube, s, "fresh", clock)
+    remote_steps = steps(kube, {TARGET: remote}, clock)
+    remote_steps.mirrors = {TARGET: _Behind()}  # type: ignore[dict-item]
+    out = Outcomes()
+    with sessions() as s:
+        remote_steps.dispatch_ready(s, out)
+        remote_steps.follow(s, out)
+        (row,) = s.query(Workload)
+    assert out.requeued == [] and row.state == "dispatched"
 
 
 def test_a_requeued_workloads_next_attempt_is_a_new_copy_and_stale_ones_are_collected(

@@ -1,0 +1,141 @@
+"""The plan's dispatches recorded as intents: a step of the reconcile pass (loop.py) between the
+decision and replication. Each dispatch row is written with its estimate reserved against every
+budget over its workload, in the pass's transaction; the next pass replicates it once its pool is
+ready (remote.py). A budget that refuses the reservation leaves the workload pending, with the
+reason on its row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from burst.clock import Clock
+from burst.config import Config, selector_matches
+from burst.model import Dispatch
+from burst.model import Workload as WorkloadView
+from burst.money import ledger
+from burst.store.tables import Dispatch as DispatchRow
+from burst.store.tables import Pool, Workload
+
+log = logging.getLogger(__name__)
+
+
+class Intents:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        clock: Clock,
+        budgets: Sequence[ledger.BudgetLimit],
+        epoch: Callable[[], int],
+    ) -> None:
+        assert config.service is not None
+        self.config, self.service, self.clock = config, config.service.spec, clock
+        self.budgets, self.epoch = list(budgets), epoch
+
+    def record(
+        self, s: Session, actions: Sequence[Dispatch], workloads: Iterable[WorkloadView]
+    ) -> None:
+        """The plan's dispatches, with their pools, workload rows and earlier attempts read in
+        three queries for all of them."""
+        by_uid = {w.uid: w for w in workloads}
+        wanted = [(a, by_uid[a.workload]) for a in actions if a.workload in by_uid]
+        if not wanted:
+            return
+        names = {a.pool for a, _ in wanted}
+        uids = [w.uid for _, w in wanted]
+        pools = {p.name: p for p in s.scalars(select(Pool).where(Pool.name.in_(names)))}
+        rows = {r.uid: r for r in s.scalars(select(Workload).where(Workload.uid.in_(uids)))}
+        attempts: dict[int, int] = {
+            workload: count
+            for workload, count in s.execute(
+                select(DispatchRow.workload_id, func.count())
+                .where(DispatchRow.workload_id.in_([r.id for r in rows.values()]))
+                .group_by(DispatchRow.workload_id)
+            )
+        }
+        for action, w in wanted:
+            pool = pools.get(action.pool)
+            if pool is not None:
+                self._one(s, action, w, pool, rows.get(w.uid), attempts)
+
+    def _one(
+        self,
+        s: Session,
+        action: Dispatch,
+        w: WorkloadView,
+        pool: Pool,
+        row: Workload | None,
+        attempts: Mapping[int, int],
+    ) -> None:
+        """The dispatch intent, for the next pass to replicate once its pool is ready, with its
+        estimate reserved against every budget over it in the same transaction."""
+        now = self.clock.now()
+        policy = self._policy_name(w.namespace, w.labels)
+        if row is None:
+            row = Workload(
+                uid=w.uid,
+                kind=w.kind,
+                namespace=w.namespace,
+                name=w.name,
+                team=w.team,
+                gpus_per_pod=w.gpus_per_pod,
+                pods=w.pods,
+                accelerator=w.accelerator,
+                created_at=w.created,
+                updated_at=now,
+            )
+            s.add(row)
+        row.policy = policy
+        s.flush()
+        rates = self.service.usd_rates(now)
+        try:
+            with s.begin_nested():  # a refusal takes back this dispatch's reservations only
+                for budget in self.budgets:
+                    if budget.covers(w.team, policy, w.namespace):
+                        ledger.reserve(
+                            s,
+                            budget,
+                            action.estimated_cost,
+                            self.clock,
+                            rates,
+                            pool_id=pool.id,
+                            workload_id=row.id,
+                        )
+        except ledger.BudgetExceeded as exc:
+            log.warning(
+                "not dispatching %s/%s: %s",
+                w.namespace,
+                w.name,
+                exc,
+                extra={"workload": f"{w.namespace}/{w.name}", "reason": str(exc)},
+            )
+            row.state_reason = str(exc)
+            return
+        row.state, row.state_reason, row.updated_at = "planned", action.reason, now
+        attempt = 1 + attempts.get(row.id, 0)
+        s.add(
+            DispatchRow(
+                workload_id=row.id,
+                pool_id=pool.id,
+                attempt=attempt,
+                target=action.target,
+                remote_namespace="",
+                remote_name=f"planned-{row.uid}-{attempt}",
+                state="planned",
+                epoch=self.epoch(),
+                created_at=now,
+                updated_at=now,
+            )
+        )
+
+    def _policy_name(self, namespace: str, labels: Mapping[str, str]) -> str:
+        return next(
+            name
+            for name, p in sorted(self.config.policies.items())
+            if selector_matches(p.spec.selector, namespace, labels)
+        )
