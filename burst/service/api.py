@@ -23,7 +23,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst.decide.snapshot import plan_document
-from burst.metrics import BUDGET_ALERTS, DECISION_SECONDS, PROVIDER_CALLS
+from burst.metrics import (
+    BUDGET_ALERTS,
+    DECISION_SECONDS,
+    PASS_SECONDS,
+    PASS_STATEMENTS,
+    PROVIDER_CALLS,
+    QUEUE,
+)
 from burst.model import Plan
 from burst.money import ledger
 from burst.store.tables import LedgerEntry, Pool, Workload
@@ -66,6 +73,19 @@ class _DatabaseCollector(Collector):
                 ).group_by(LedgerEntry.team, LedgerEntry.currency)
             ):
                 spend.add_metric([team, currency], float(total or 0))
+            rate = GaugeMetricFamily(
+                "burst_spend_rate_micros_per_hour",
+                "What the live pools cost an hour at their recorded prices",
+                labels=["provider", "currency"],
+            )
+            for provider, currency, total in s.execute(
+                select(
+                    Pool.provider, Pool.currency, func.sum(Pool.nodes_desired * Pool.unit_price_micros)
+                )
+                .where(Pool.state.in_(("creating", "ready", "resizing", "draining", "deleting")))
+                .group_by(Pool.provider, Pool.currency)
+            ):  # fmt: skip
+                rate.add_metric([provider, currency], float(total or 0))
             used = GaugeMetricFamily(
                 "burst_budget_used_ratio",
                 "Share of each budget used (posted + held)",
@@ -77,7 +97,7 @@ class _DatabaseCollector(Collector):
                     ledger.used(s, b, self.now(), self.rates(self.now())).micros
                     / max(b.amount.micros, 1),
                 )
-        yield from (workloads, pools, spend, used)
+        yield from (workloads, pools, spend, rate, used)
 
 
 def create_app(
@@ -95,6 +115,8 @@ def create_app(
     registry.register(DECISION_SECONDS)
     registry.register(BUDGET_ALERTS)
     registry.register(PROVIDER_CALLS)
+    for metric in (PASS_SECONDS, PASS_STATEMENTS, QUEUE):
+        registry.register(metric)
     app = FastAPI(
         title="burst",
         version="1",
@@ -105,8 +127,9 @@ def create_app(
     def authorised(authorization: str | None = Header(default=None)) -> None:
         if token is None:
             return
-        given = (authorization or "").removeprefix("Bearer ").encode()
-        if not authorization or not hmac.compare_digest(given, token.encode()):
+        # The Bearer scheme only (RFC 6750 section 2.1): a bare token or another scheme is refused.
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme != "Bearer" or not hmac.compare_digest(given.encode(), token.encode()):
             raise HTTPException(
                 status_code=401,
                 detail="a valid bearer token is required",

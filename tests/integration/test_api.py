@@ -70,6 +70,15 @@ def test_a_token_is_required(api_url: str) -> None:
         assert get(api_url, path).status == 200
 
 
+@pytest.mark.parametrize(
+    "header", [TOKEN, f"Basic {TOKEN}", f"bearer{TOKEN}", f"Token {TOKEN}", f"Bearer  {TOKEN}"]
+)
+def test_the_token_counts_only_with_the_bearer_scheme(api_url: str, header: str) -> None:
+    """The bare token was accepted (the scheme was stripped if present, not required)."""
+    answer = urllib3.request("GET", api_url + "/api/v1/pools", headers={"Authorization": header})
+    assert answer.status == 401
+
+
 def test_openapi_is_published(api_url: str) -> None:
     spec = get(api_url, "/openapi.json", None).json()
     assert spec["info"]["title"] == "burst"
@@ -96,6 +105,10 @@ def test_metrics_parse_as_prometheus_text(api_url: str) -> None:
         "burst_decision_seconds",
         "burst_provider_call_seconds",
         "burst_budget_alerts",
+        "burst_spend_rate_micros_per_hour",
+        "burst_pass_seconds",
+        "burst_pass_statements",
+        "burst_pending_workloads",
     } <= set(families)
     spend = {s.labels["team"]: s.value for s in families["burst_spend_micros"].samples}
     assert spend["cms-ml"] > 0
