@@ -38,7 +38,12 @@ def config_validate(
         "Budget": len(cfg.budgets),
     }
     summary = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n)
-    typer.echo(f"ok: {len(cfg.files)} file(s), {summary or 'no documents'}")
+    if not summary:  # nothing of burst's in them: a wrong folder, not a valid configuration
+        raise fail(
+            f"no burst document (apiVersion: burst.dev/v1) in {len(cfg.files)} file(s) "
+            f"under {', '.join(map(str, paths))}"
+        )
+    typer.echo(f"ok: {len(cfg.files)} file(s), {summary}")
     if cfg.service is None and cfg.policies:
         typer.echo("note: no ServiceConfig given, so policy targets were not checked", err=True)
 

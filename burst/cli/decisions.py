@@ -146,14 +146,15 @@ def explain(
 
     from burst.clock import SystemClock
     from burst.config import Replication, selector_matches
+    from burst.config.yamlsource import YamlSyntaxError, load_documents, read
     from burst.kube.annotations import read_annotations
     from burst.kube.shapes import request_problems
     from burst.kube.translate import translate
 
-    try:
-        docs = [d for d in yaml.safe_load_all(manifest.read_text(encoding="utf-8")) if d]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise fail(f"cannot read {manifest}: {exc}") from None
+    try:  # size and alias limits as for configuration files
+        docs = [d.data for d in load_documents(read(manifest), str(manifest)) if d.data]
+    except YamlSyntaxError as exc:
+        raise fail(f"{exc.position}: {exc.message}") from None
     if not docs or not isinstance(docs[0], dict):
         raise fail(f"{manifest}: no Kubernetes object in it")
     obj = docs[0]

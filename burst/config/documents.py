@@ -28,6 +28,7 @@ from burst.model import Cloud
 
 API_VERSION = "burst.dev/v1"
 KINDS = ("ServiceConfig", "BurstPolicy", "Budget")
+API_VERSION = "burst.dev/v1"
 DEFAULT_DATABASE_URL = "sqlite:///burst.db"
 # Requests for GPU slices (`nvidia.com/mig-1g.5gb`, `nvidia.com/gpu.shared`) as the watch names them.
 SLICED = re.compile(r"mig-\d+g\.\d+gb|gpu\.shared")

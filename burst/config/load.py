@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from burst.config.documents import (
+    API_VERSION,
     KINDS,
     MODELS,
     SLICED,
@@ -25,7 +26,7 @@ from burst.config.documents import (
     ServiceConfig,
 )
 from burst.config.selectors import selectors_overlap
-from burst.config.yamlsource import Document, Position, YamlSyntaxError, load_documents
+from burst.config.yamlsource import Document, Position, YamlSyntaxError, load_documents, read
 from burst.config.yamlsource import Path as DocPath
 from burst.durations import format_duration
 from burst.model import Cloud
@@ -115,12 +116,20 @@ def _parse(doc: Document) -> BurstDocument | list[Problem] | None:
     """A burst document, its problems, or None for a document of another API (a Kubernetes
     manifest or a kustomization kept beside the configuration)."""
     data = doc.data
-    if (
-        isinstance(data, dict)
-        and isinstance(data.get("apiVersion"), str)
-        and not str(data["apiVersion"]).startswith("burst.dev/")
-    ):
-        return None
+    if isinstance(data, dict) and isinstance(data.get("apiVersion"), str):
+        version = str(data["apiVersion"])
+        ours = data.get("kind") in MODELS or "burst" in version.split("/")[0]
+        if version != API_VERSION and ours:
+            # A typo here would drop a policy or a budget without a word: say so instead.
+            return [
+                Problem(
+                    doc.position(("apiVersion",)),
+                    "apiVersion",
+                    f"unknown apiVersion {version!r}: this burst reads {API_VERSION}",
+                )
+            ]
+        if not ours:
+            return None
     if not isinstance(data, dict):
         return [
             Problem(
@@ -147,14 +156,7 @@ def load(paths: Iterable[str | Path], vocabulary: Vocabulary | None = None) -> C
     for file in files:
         name = str(file)
         try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(
-                Problem(Position(name, 1, 1), "", f"cannot read: {exc.__class__.__name__}: {exc}")
-            )
-            continue
-        try:
-            docs = list(load_documents(text, name))
+            docs = list(load_documents(read(file), name))
         except YamlSyntaxError as exc:
             problems.append(Problem(exc.position, "", exc.message))
             continue

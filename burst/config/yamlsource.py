@@ -9,11 +9,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from pathlib import Path as FilePath
 from typing import Any
 
 import yaml
 
 Path = tuple[str | int, ...]
+
+# Hostile files are refused before they cost anything: a file over the size of the largest request
+# kube-apiserver accepts (3 MiB, its MaxRequestBodyBytes) is not read, and a file whose aliases
+# would expand it past MAX_VALUES values (a "billion laughs" bomb: nine aliases of nine aliases...)
+# is refused as soon as the count is passed, before the expansion is built.
+MAX_BYTES = 3 * 1024 * 1024
+MAX_VALUES = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +81,27 @@ def _pos(file: str, mark: Any) -> Position:
     return Position(file, mark.line + 1, mark.column + 1)
 
 
-def _build(loader: _Loader, doc: Document, node: yaml.Node, path: Path) -> Any:
+def read(file: FilePath) -> str:
+    """A YAML file's text; YamlSyntaxError if it is too large or unreadable."""
+    where = Position(str(file), 1, 1)
+    try:
+        size = file.stat().st_size
+        if size > MAX_BYTES:
+            raise YamlSyntaxError(
+                where, f"{size / 2**20:.1f} MiB is over the {MAX_BYTES // 2**20} MiB burst reads"
+            )
+        return file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise YamlSyntaxError(where, f"cannot read: {exc.__class__.__name__}: {exc}") from None
+
+
+def _build(loader: _Loader, doc: Document, node: yaml.Node, path: Path, count: list[int]) -> Any:
+    count[0] += 1
+    if count[0] > MAX_VALUES:
+        raise YamlSyntaxError(
+            _pos(doc.file, node.start_mark),
+            f"expands to over {MAX_VALUES:,} values (aliases repeat what they name): refused",
+        )
     doc.values[path] = _pos(doc.file, node.start_mark)
     if isinstance(node, yaml.MappingNode):
         loader.flatten_mapping(node)  # resolves `<<:` merge keys
@@ -87,23 +115,24 @@ def _build(loader: _Loader, doc: Document, node: yaml.Node, path: Path) -> Any:
             if key in out:
                 raise YamlSyntaxError(_pos(doc.file, key_node.start_mark), f"duplicate key {key!r}")
             doc.keys[(*path, key)] = _pos(doc.file, key_node.start_mark)
-            out[key] = _build(loader, doc, value_node, (*path, key))
+            out[key] = _build(loader, doc, value_node, (*path, key), count)
         return out
     if isinstance(node, yaml.SequenceNode):
-        return [_build(loader, doc, item, (*path, i)) for i, item in enumerate(node.value)]
+        return [_build(loader, doc, item, (*path, i), count) for i, item in enumerate(node.value)]
     return loader.construct_object(node)
 
 
 def load_documents(text: str, file: str) -> Iterator[Document]:
     """Every non-empty document of a YAML stream; raises YamlSyntaxError with its position."""
     loader = _Loader(text)
+    count = [0]  # values built in the whole file, aliases counted each time they are used
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 continue
             doc = Document(file, None, _pos(file, node.start_mark))
-            doc.data = _build(loader, doc, node, ())
+            doc.data = _build(loader, doc, node, (), count)
             yield doc
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark

@@ -74,7 +74,7 @@ def test_a_bare_pod_is_explained_not_burstable(tmp_path: Path) -> None:
 def test_unreadable_input_is_exit_1(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("kind: [unclosed\n")
     code, err = explain(str(tmp_path / "bad.yaml"))
-    assert code == 1 and "cannot read" in err and "Traceback" not in err
+    assert code == 1 and "bad.yaml:2:1: YAML syntax" in err and "Traceback" not in err
 
 
 def explain_in_process(tmp_path: Path, change: Any) -> dict[str, Any]:
