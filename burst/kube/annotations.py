@@ -32,9 +32,14 @@ def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
 
 
+# A deadline or runtime a decade away is a typo, and the decision adds durations to it: past
+# these it overflowed datetime (the pass failed) rather than being reported on the job.
+LONGEST = timedelta(days=3650)
+
+
 def _deadline(value: str, created: datetime) -> datetime:
     try:
-        return created + parse_duration(value)
+        return created + _bounded(parse_duration(value))
     except DurationError:
         pass
     try:
@@ -45,14 +50,21 @@ def _deadline(value: str, created: datetime) -> datetime:
         raise ValueError("expected an RFC 3339 time or a duration such as 6h")
     if parsed < created:
         raise ValueError(f"it is before the job was created ({created:%Y-%m-%dT%H:%M:%SZ})")
+    _bounded(parsed - created)
     return parsed
+
+
+def _bounded(delta: timedelta) -> timedelta:
+    if delta > LONGEST:
+        raise ValueError(f"it is more than {LONGEST.days} days away")
+    return delta
 
 
 def _runtime(value: str) -> timedelta:
     runtime = parse_duration(value)
     if runtime <= timedelta(0):
         raise ValueError("a runtime is longer than nothing")
-    return runtime
+    return _bounded(runtime)
 
 
 def _money(value: str, currency: str) -> Money:

@@ -1,19 +1,23 @@
 """Hostile input files are refused fast, with one line naming the file, and cost no memory: a YAML
 alias bomb (`burst config validate` grew past 1 GB on one), a file over the size kube-apiserver
 accepts, a burst document under an apiVersion this burst does not read (it was skipped without a
-word, so a typo dropped a policy)."""
+word, so a typo dropped a policy), times no calendar holds, negative GPUs."""
 
 from __future__ import annotations
 
+import json
 import resource
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from burst.config import ConfigError, load
 from burst.config.yamlsource import MAX_BYTES
-from tests.conftest import burst_cli
+from burst.decide.snapshot import SnapshotError, load_snapshot
+from burst.kube.annotations import BurstAnnotations, read_annotations
+from tests.conftest import ROOT, burst_cli
 
 
 def alias_bomb(levels: int = 9) -> str:
@@ -90,3 +94,38 @@ def test_kubernetes_manifests_beside_the_config_are_skipped_but_a_folder_of_only
     result = burst_cli("config", "validate", str(tmp_path))
     assert result.returncode == 1, result.stdout
     assert "no burst document (apiVersion: burst.dev/v1) in 1 file(s)" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("deadline", "0001-01-01T00:00:00Z", "before the job was created"),
+        ("deadline", "9999-12-31T23:59:59Z", "more than 3650 days away"),
+        ("deadline", "999999999h", "more than 3650 days away"),
+        ("expected-runtime", "999999999h", "more than 3650 days away"),
+    ],
+)
+def test_times_out_of_any_calendar_are_reported_on_the_job(key: str, value: str, why: str) -> None:
+    """A year-1 deadline or a runtime of a hundred millennia made the pass overflow datetime."""
+    created = datetime(2026, 12, 1, tzinfo=UTC)
+    found, problems = read_annotations({f"burst.dev/{key}": value}, "burst.dev/", created, "USD")
+    assert found == BurstAnnotations()
+    (problem,) = problems
+    assert problem.startswith(f"burst.dev/{key}={value!r} is ignored: ") and why in problem
+
+
+def test_a_snapshot_out_of_range_is_refused_naming_each_field() -> None:
+    """Negative GPUs and capacity were planned with; a year-1 deadline overflowed datetime."""
+    data = json.loads((ROOT / "docs" / "snapshot.example.json").read_text())
+    data["workloads"][0]["deadline"] = "0001-01-01T00:00:00Z"
+    data["workloads"][1]["gpus_per_pod"] = -4
+    data["workloads"][2]["expected_runtime"] = "P99999999D"
+    data["onprem"]["capacity"]["V100"] = -8
+    with pytest.raises(SnapshotError) as refused:
+        load_snapshot(json.dumps(data))
+    assert str(refused.value).splitlines() == [
+        "onprem.capacity.V100: -8 GPUs cannot be negative",
+        "workloads.0.deadline: 0001-01-01T00:00:00+00:00 is outside 1970-2200",
+        "workloads.1: 4 pod(s) of -4 GPU(s): pods >= 1, GPUs >= 0",
+        "workloads.2.expected_runtime: 99999999 days, 0:00:00 is outside 0 to 3650 days",
+    ]
