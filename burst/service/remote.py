@@ -43,6 +43,7 @@ STUCK_PENDING = timedelta(minutes=30)
 # What a cluster answers with when it refuses or cannot be reached.
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 CLUSTER_ERRORS = (ApiException, *UNREACHABLE)
+COMMIT_EVERY = 100  # changed workloads per commit: SQLite commits cost tens of milliseconds
 
 
 @dataclass
@@ -76,6 +77,7 @@ class RemoteSteps:
         self.cached = cached  # the on-prem watch's copy of a local object, by uid
         self.mirrors = dict(mirrors or {})  # each target's copies kept by a watch, if any
         self.health = health or RemoteHealth(clock)
+        self._changes = 0  # workloads changed since the last commit
 
     def _local(self, w: Workload | Followed) -> Mapping[str, Any] | None:
         """The local object from the watch cache; read only if the cache lacks it (deleted, or
@@ -91,6 +93,8 @@ class RemoteSteps:
             self._isolated(
                 s, d, "dispatch", lambda d=d, w=w, p=pool: self._dispatch_one(s, d, w, p, out)
             )
+        s.commit()
+        self._changes = 0
 
     def _dispatch_one(
         self, s: Session, d: DispatchRow, w: Workload, pool: Pool, out: Outcomes
@@ -98,14 +102,14 @@ class RemoteSteps:
         if pool.state == "failed":  # the pool never came: back to the queue, the next plan decides
             d.state, w.state = "cancelled", "pending"
             w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
-            s.commit()
+            self._changes += 1
             return
         if pool.state not in ("ready", "resizing"):  # a resizing pool runs work on its nodes
             return
         obj = self.local.read(w.kind, w.namespace, w.name)
         if obj is None:
             d.state, w.state = "cancelled", "cancelled"
-            s.commit()
+            self._changes += 1
             return
         policy = self.config.policies[w.policy or ""]
         target = self.targets[d.target]
@@ -141,7 +145,7 @@ class RemoteSteps:
                 w.state_reason,
                 extra={"workload": f"{w.namespace}/{w.name}", "reason": w.state_reason},
             )
-        s.commit()
+        self._changes += 1
 
     # -- follow --
 
@@ -167,6 +171,8 @@ class RemoteSteps:
                     "sync",
                     lambda f=f: self._follow_one(s, f, copies[f.target], costs.get(f.uid), out),
                 )
+        s.commit()
+        self._changes = 0
 
     def _copies(self, wanted: set[tuple[str, str]]) -> dict[str, dict[CopyKey, Any]]:
         """Each target's copies, listed once; a target that does not answer is left out of this
@@ -209,7 +215,7 @@ class RemoteSteps:
             remote.delete(f.kind, f.remote_namespace, f.remote_name)
             d, w = _load(s, f)
             d.state, w.state, d.updated_at = "done", "cancelled", self.clock.now()
-            s.commit()
+            self._changes += 1
             return
         update = self.syncer.sync(
             obj,
@@ -225,14 +231,14 @@ class RemoteSteps:
             d, w = _load(s, f)
             d.state, w.state, d.updated_at = "done", update.finished, self.clock.now()
             out.finished.append(f"{f.namespace}/{f.name}")
-            s.commit()
+            self._changes += 1
         elif phase == "missing":
             why = f"its copy {f.remote_namespace}/{f.remote_name} vanished"
             self._requeue(s, *_load(s, f), why, out)
         elif phase == "running" and f.state_reason != "ran":
             d, _ = _load(s, f)
             d.state_reason = "ran"  # once it ran, a Pending spell is not a stuck copy
-            s.commit()
+            self._changes += 1
         elif (
             phase == "pending"
             and f.state_reason != "ran"
@@ -257,19 +263,25 @@ class RemoteSteps:
             why,
             extra={"workload": f"{w.namespace}/{w.name}", "reason": why},
         )
-        s.commit()
+        self._changes += 1
 
     def _isolated(self, s: Session, d: DispatchRow | Followed, step: str, work: Any) -> None:
-        """One dispatch's step; a cluster's refusal or silence fails it alone."""
+        """One dispatch's step in a savepoint: a cluster's refusal or silence fails it alone.
+        Its changes are committed with others (every COMMIT_EVERY, and at the end of the step's
+        loop): each step acts in the clusters before it records, so a pass that dies before the
+        commit leaves work the next pass finds done and records."""
         try:
-            work()
+            with s.begin_nested():
+                work()
         except CLUSTER_ERRORS as exc:
-            s.rollback()
             self._failed(d.target, exc)
             why = getattr(exc, "reason", None) or exc.__class__.__name__
             log.warning("%s of dispatch %d on %s failed: %s", step, d.id, d.target, why)
         else:
             self.health.ok(d.target)
+        if self._changes >= COMMIT_EVERY:
+            s.commit()
+            self._changes = 0
 
     def _failed(self, target: str, exc: BaseException) -> None:
         """An unreachable or unavailable cluster counts against its grace; a refusal does not."""
