@@ -240,7 +240,10 @@ class Replicator:
         remote_namespace: str,
         rules: Replication,
         attempt: int = 1,
+        namespace_made: bool = False,
     ) -> DispatchResult:
+        """Send one workload to `remote` (see the class). `namespace_made`: the caller has
+        made sure of the remote namespace already (once for many dispatches)."""
         meta = _meta(obj)
         t: Translation = translate(
             obj,
@@ -296,7 +299,8 @@ class Replicator:
                     "a copy would run beside it",
                 )
         failpoints.hit("local-suspended")
-        remote.ensure_namespace(remote_namespace)
+        if not namespace_made:
+            remote.ensure_namespace(remote_namespace)
         for kind, names in (("Secret", t.secrets), ("ConfigMap", t.config_maps)):
             for item in names:
                 self._copy(kind, meta["namespace"], item, remote, remote_namespace)
@@ -368,6 +372,8 @@ class Replicator:
     def _copy(
         self, kind: str, namespace: str, name: str, remote: KubeObjects, remote_namespace: str
     ) -> None:
+        from kubernetes.client.exceptions import ApiException
+
         source = self.local.read(kind, namespace, name)
         if source is None:
             return
@@ -388,8 +394,16 @@ class Replicator:
                 copy[key] = source[key]
         existing = remote.read(kind, remote_namespace, name)
         if existing is None:
-            remote.create(copy)
-        elif (_meta(existing).get("labels") or {}).get(ORIGIN_INSTALLATION) == self.installation:
+            try:
+                remote.create(copy)
+                return
+            except ApiException as exc:
+                # Another dispatch of this pass copied it a moment ago (they run at once): the
+                # server answers 409 AlreadyExists; bring that one up to date as below.
+                existing = remote.read(kind, remote_namespace, name) if exc.status == 409 else None
+                if existing is None:
+                    raise
+        if (_meta(existing).get("labels") or {}).get(ORIGIN_INSTALLATION) == self.installation:
             # Ours from an earlier dispatch: brought up to date (a rotated key must reach the
             # cloud too). Someone else's of that name is left as it is.
             content = {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -28,7 +29,7 @@ from burst.amounts import Money
 from burst.clock import Clock
 from burst.config import Config
 from burst.kube.copies import CopyKey, RemoteCopies
-from burst.kube.replicate import KubeObjects, Replicator
+from burst.kube.replicate import DispatchResult, KubeObjects, Replicator
 from burst.kube.sync import RemoteHealth, Syncer
 from burst.kube.translate import remote_name
 from burst.money import ledger
@@ -43,6 +44,7 @@ STUCK_PENDING = timedelta(minutes=30)
 # What a cluster answers with when it refuses or cannot be reached.
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 CLUSTER_ERRORS = (ApiException, *UNREACHABLE)
+DISPATCH_THREADS = 8  # dispatches whose API calls run at once
 COMMIT_EVERY = 100  # changed workloads per commit: SQLite commits cost tens of milliseconds
 
 
@@ -88,40 +90,87 @@ class RemoteSteps:
     # -- replicate --
 
     def dispatch_ready(self, s: Session, out: Outcomes) -> None:
-        """Replicate every planned dispatch whose pool is ready; requeue those whose pool failed."""
+        """Replicate every planned dispatch whose pool is ready; requeue those whose pool failed.
+        The clusters' part of each dispatch runs in DISPATCH_THREADS threads (a thousand copies
+        one after the other took minutes: each is several API calls); the records are written
+        here, in order, as each one's calls return."""
+        ready = []
         for d, w, pool in _joined(s, "planned"):
-            self._isolated(
-                s, d, "dispatch", lambda d=d, w=w, p=pool: self._dispatch_one(s, d, w, p, out)
-            )
+            if pool.state == "failed":  # the pool never came: back to the queue
+                d.state, w.state = "cancelled", "pending"
+                w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
+                self._changes += 1
+            elif pool.state in ("ready", "resizing"):  # a resizing pool runs work on its nodes
+                ready.append((d, w, pool))
+        threads = ThreadPoolExecutor(DISPATCH_THREADS, thread_name_prefix="dispatch")
+        try:
+            made = self._namespaces({(d.target, self._remote_namespace(d, w)) for d, w, _ in ready})
+            calls = [
+                (
+                    d,
+                    w,
+                    threads.submit(
+                        self._replicate, d, w, p, (d.target, self._remote_namespace(d, w)) in made
+                    ),
+                )
+                for d, w, p in ready
+            ]
+            for d, w, call in calls:
+                self._isolated(
+                    s, d, "dispatch", lambda d=d, w=w, c=call: self._record(s, d, w, c, out)
+                )
+        finally:  # a pass that dies (a crash, a fenced commit) starts no further dispatch
+            threads.shutdown(wait=True, cancel_futures=True)
         s.commit()
         self._changes = 0
 
-    def _dispatch_one(
-        self, s: Session, d: DispatchRow, w: Workload, pool: Pool, out: Outcomes
-    ) -> None:
-        if pool.state == "failed":  # the pool never came: back to the queue, the next plan decides
-            d.state, w.state = "cancelled", "pending"
-            w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
-            self._changes += 1
-            return
-        if pool.state not in ("ready", "resizing"):  # a resizing pool runs work on its nodes
-            return
+    def _remote_namespace(self, d: DispatchRow, w: Workload) -> str:
+        return self.targets[d.target].remote_namespace.format(namespace=w.namespace)
+
+    def _namespaces(self, wanted: set[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Make sure of each remote namespace once for all of the pass's dispatches; one that
+        fails is left to each dispatch, which then fails alone."""
+        made = set()
+        for target, namespace in sorted(wanted):
+            try:
+                self.remotes[target].ensure_namespace(namespace)
+                made.add((target, namespace))
+            except CLUSTER_ERRORS:
+                pass
+        return made
+
+    def _replicate(
+        self, d: DispatchRow, w: Workload, pool: Pool, namespace_made: bool
+    ) -> DispatchResult | None:
+        """The clusters' part of a dispatch (no database here: it runs in a thread); None if
+        the local object is gone."""
         obj = self.local.read(w.kind, w.namespace, w.name)
         if obj is None:
-            d.state, w.state = "cancelled", "cancelled"
-            self._changes += 1
-            return
-        policy = self.config.policies[w.policy or ""]
-        target = self.targets[d.target]
-        result = self.replicator.dispatch(
+            return None
+        return self.replicator.dispatch(
             obj,
             self.remotes[d.target],
             target=d.target,
             pool=pool.name,
-            remote_namespace=target.remote_namespace.format(namespace=w.namespace),
-            rules=policy.spec.replication,
+            remote_namespace=self._remote_namespace(d, w),
+            rules=self.config.policies[w.policy or ""].spec.replication,
             attempt=d.attempt,
+            namespace_made=namespace_made,
         )
+
+    def _record(
+        self,
+        s: Session,
+        d: DispatchRow,
+        w: Workload,
+        call: Future[DispatchResult | None],
+        out: Outcomes,
+    ) -> None:
+        result = call.result()  # a cluster's error is raised here, for _isolated
+        if result is None:
+            d.state, w.state = "cancelled", "cancelled"
+            self._changes += 1
+            return
         failpoints.hit("dispatch-not-recorded")
         d.remote_namespace, d.remote_name, d.updated_at = (
             result.remote_namespace,
