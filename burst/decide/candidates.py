@@ -44,16 +44,21 @@ def pods_per_node(offer: Offer, w: Workload) -> int:
     return fit
 
 
+def interruptible(target: TargetSpec, capacity: CapacityType) -> bool:
+    """Whether runs there are timed with restarts: spot where the target knows its rate."""
+    return capacity == "spot" and bool(target.spot_interruptions_per_hour)
+
+
 def expected_run(
     target: TargetSpec, capacity: CapacityType, nodes: int, runtime: timedelta
 ) -> tuple[timedelta, float]:
     """Expected running time and restarts of a run of `runtime` on `nodes` nodes. On spot where the
     target's interruption rate is known, each interruption restarts the run from scratch: at m
     interruptions per hour across the nodes, it takes (e^(m T) - 1) / m with e^(m T) - 1 restarts."""
-    rate = target.spot_interruptions_per_hour
-    if capacity != "spot" or not rate:
+    if not interruptible(target, capacity):
         return runtime, 0.0
-    per_hour = rate * nodes
+    assert target.spot_interruptions_per_hour is not None
+    per_hour = target.spot_interruptions_per_hour * nodes
     restarts = math.expm1(min(per_hour * runtime.total_seconds() / 3600, 30.0))
     return timedelta(hours=restarts / per_hour), restarts
 

@@ -4,16 +4,15 @@ room if one fits its policy and deadline, else onto the offer with the lowest to
 finish), growing a pool of that offer before opening a new one; at the policy's pool limit only
 growing is left. Every placement passes the caps (caps.py) and reserves its estimate. When no cloud
 can meet the deadline any more, the soonest cloud finish counts instead, if it beats on-prem.
+Which open pool to reuse or grow is reuse.py's to find; the offers to open are candidates.py's.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from decimal import Decimal
 
 from burst.cloud.catalog import Catalog
 from burst.config import TargetSpec
@@ -25,6 +24,7 @@ from burst.decide.candidates import (
 )
 from burst.decide.caps import Caps, node_cost
 from burst.decide.pools import OpenPool, pool_name
+from burst.decide.reuse import EligiblePools, best_growth, best_reuse
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.wording import at, usd
 from burst.model import CapacityType, Dispatch, OfferKey
@@ -54,7 +54,8 @@ class Placement:
         self.pools_by_policy: dict[str, list[OpenPool]] = defaultdict(list)
         self.pools_by_offer: dict[tuple[str, str, OfferKey], list[OpenPool]] = defaultdict(list)
         self.pools_of_policy: dict[str, int] = defaultdict(int)
-        self.eligible: dict[tuple[object, ...], list[OpenPool]] = {}
+        # Per policy, per (GPU request, spot allowed): the open pools such a request may use.
+        self.eligible: dict[str, dict[tuple[str | None, bool], EligiblePools]] = defaultdict(dict)
         self.dispatches: list[Dispatch] = []
 
     def spot_ok(self, want: Want) -> bool:
@@ -62,9 +63,14 @@ class Placement:
         return spot_allowed(want, [self.targets[t] for t in names if t in self.targets], self.now)
 
     def open(self, pool: OpenPool) -> OpenPool:
+        pool.seq = len(self.pools)
+        pool.unavailable = pool.offer in self.unavailable
         self.pools.append(pool)
         self.pools_by_policy[pool.policy].append(pool)
         self.pools_by_offer[(pool.policy, pool.target.name, pool.offer)].append(pool)
+        for eligible in self.eligible[pool.policy].values():
+            if eligible.admits(pool):
+                eligible.add(pool)
         return pool
 
     def place(self, want: Want) -> str | None:
@@ -111,33 +117,21 @@ class Placement:
         refusals: list[str] = []
 
         # 1. Reuse a pool with free room.
-        best_reuse: tuple[int, datetime, str, OpenPool] | None = None
-        allowed = set(allowed_accelerators(p, w.accelerator, self.catalog))
-        for pool in self._eligible_pools(want, allowed, spot_ok):
-            if not pool.fits(w):
-                continue
-            nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
-            run, _ = expected_run(pool.target, pool.offer.capacity, nodes, want.runtime)
-            finish = max(self.now, pool.ready_at) + run
-            if deadline is not None and finish > deadline:
-                continue
-            share = Decimal(w.gpus) / pool.offer.gpus
-            cost = math.ceil(share * node_cost(pool.hourly_micros, 1, run))
-            reuse = (cost, finish, pool.name, pool)
-            if best_reuse is None or reuse[:3] < best_reuse[:3]:
-                best_reuse = reuse
-        if best_reuse is not None:
-            cost, finish, _, pool = best_reuse
-            why = self.caps.refusal(want.w, want.policy, cost, max_cost_usd)
+        eligible = self._eligible_pools(want, spot_ok)
+        reuse = best_reuse(eligible, w, want.runtime, deadline, self.now)
+        if reuse is not None:
+            pool = reuse.pool
+            why = self.caps.refusal(want.w, want.policy, reuse.cost, max_cost_usd)
             if why is None:
                 pool.place(w)
-                self._dispatch(want, pool, cost, finish, f"reuses pool {pool.name} with free room")
+                where = f"reuses pool {pool.name} with free room"
+                self._dispatch(want, pool, reuse.cost, reuse.finish, where)
                 return None
             refusals.append(why)
 
         # 2. New capacity: the cheapest total cost, growing a pool of that offer before opening one.
         if self.pools_of_policy[p.metadata.name] >= spec.limits.max_pools:
-            why = self._grow_at_pool_limit(want, allowed, spot_ok, max_cost_usd)
+            why = self._grow_at_pool_limit(want, eligible, max_cost_usd)
             if why is None:
                 return None
             refusals.append(why)
@@ -201,56 +195,42 @@ class Placement:
         self._dispatch(want, into, total, finish, where)
         return None
 
-    def _eligible_pools(self, want: Want, allowed: set[str], spot_ok: bool) -> list[OpenPool]:
-        """The policy's open pools whose target, GPU and capacity type suit `want`.
-
-        Cached per (policy, GPU request, spot allowed) until a pool opens: the decision asks this
-        for every workload, and most share these three.
-        """
+    def _eligible_pools(self, want: Want, spot_ok: bool) -> EligiblePools:
+        """The policy's open pools whose target, GPU and capacity type suit `want`: kept per
+        (policy, GPU request, spot allowed) as pools open, for most workloads share these three."""
         policy = want.policy
-        key = (policy.metadata.name, want.w.accelerator, spot_ok, len(self.pools))
-        found = self.eligible.get(key)
+        of_policy = self.eligible[policy.metadata.name]
+        key = (want.w.accelerator, spot_ok)
+        found = of_policy.get(key)
         if found is None:
-            found = [
-                pool
-                for pool in self.pools_by_policy[policy.metadata.name]
-                if pool.target.name in policy.spec.placement.targets
-                and pool.offer.accelerator in allowed
-                and (spot_ok or pool.offer.capacity != "spot")
-            ]
-            self.eligible[key] = found
+            allowed = frozenset(allowed_accelerators(policy, want.w.accelerator, self.catalog))
+            targets = frozenset(policy.spec.placement.targets)
+            found = EligiblePools(targets, allowed, spot_ok, self.now)
+            for pool in self.pools_by_policy[policy.metadata.name]:
+                if found.admits(pool):
+                    found.add(pool)
+            of_policy[key] = found
         return found
 
     def _grow_at_pool_limit(
-        self, want: Want, allowed: set[str], spot_ok: bool, max_cost_usd: int | None
+        self, want: Want, eligible: EligiblePools, max_cost_usd: int | None
     ) -> str | None:
         """At the policy's pool limit only growing an open pool is left: the cheapest that fits."""
-        w, spec = want.w, want.policy.spec
-        best: tuple[int, datetime, str, OpenPool, int] | None = None
-        for pool in self._eligible_pools(want, allowed, spot_ok):
-            if pool.offer in self.unavailable or pool.nodes >= spec.limits.max_nodes_per_pool:
-                continue
-            extra = pool.extra_nodes_for(w)
-            if not extra or extra > spec.limits.max_nodes_per_pool - pool.nodes:
-                continue
-            run, restarts = expected_run(pool.target, pool.offer.capacity, extra, want.runtime)
-            launches = (1 + restarts) * pool.target.provisioning
-            finish = self.now + launches + run
-            if want.finish_by is not None and finish > want.finish_by:
-                continue
-            billed = launches + run + spec.teardown.idle_ttl
-            total = node_cost(pool.hourly_micros, extra, billed)
-            if best is None or (total, finish, pool.name) < best[:3]:
-                best = (total, finish, pool.name, pool, extra)
+        spec, tail = want.policy.spec, want.policy.spec.teardown.idle_ttl
+        max_nodes = spec.limits.max_nodes_per_pool
+        best = best_growth(
+            eligible, want.w, want.runtime, want.finish_by, tail, max_nodes, self.now
+        )
         if best is None:
             return f"policy {want.policy.metadata.name}: max {spec.limits.max_pools} pools reached"
-        total, finish, _, pool, extra = best
-        why = self.caps.refusal(want.w, want.policy, total, max_cost_usd)
+        why = self.caps.refusal(want.w, want.policy, best.cost, max_cost_usd)
         if why is not None:
             return why
-        pool.grow(extra)
-        pool.place(w)
-        self._dispatch(want, pool, total, finish, f"grows pool {pool.name} by {extra} node(s)")
+        pool = best.pool
+        pool.grow(best.extra)
+        pool.place(want.w)
+        where = f"grows pool {pool.name} by {best.extra} node(s)"
+        self._dispatch(want, pool, best.cost, best.finish, where)
         return None
 
     def _pool_for(self, want: Want, c: Candidate) -> OpenPool:

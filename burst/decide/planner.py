@@ -4,7 +4,7 @@
 the same Plan. The reconcile loop (service/loop.py) feeds it a Snapshot built by kube/watch.py and the
 ledger, and carries the Plan out through cloud/provision.py and kube/replicate.py; `burst plan` and
 the simulator call it the same way. This module runs the rounds; each step has its own module:
-triggers.py (1), placement.py with candidates.py and pools.py (2), caps.py (3).
+triggers.py (1), placement.py with candidates.py, pools.py and reuse.py (2), caps.py (3).
 
 How it decides, in order:
 1. The on-prem queue is simulated forward (onprem.py) in priority order. A burstable workload that
@@ -98,8 +98,9 @@ class _Planner:
     # -- existing pools --
 
     def open_existing_pools(self) -> None:
+        by_name = {p.metadata.name: p for p in self.policies}
         for pv in sorted(self.snapshot.pools, key=lambda p: p.name):
-            policy = next((p for p in self.policies if p.metadata.name == pv.policy), None)
+            policy = by_name.get(pv.policy)
             if pv.state not in REUSABLE_STATES:
                 continue
             self.placement.pools_of_policy[pv.policy] += 1

@@ -7,13 +7,20 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from burst.cloud.catalog import Catalog
 from burst.config import TargetSpec
-from burst.decide.candidates import Candidate
+from burst.decide.candidates import Candidate, interruptible
 from burst.decide.wording import usd
 from burst.model import Action, CreatePool, OfferKey, ResizePool, Workload
+
+
+class Watcher(Protocol):
+    """What keeps a summary of a pool's free room (reuse.py's blocks): told when it changes."""
+
+    def changed(self, pool: OpenPool, free_max: int, free_total: int, nodes: int) -> None: ...
 
 
 @dataclass
@@ -35,6 +42,11 @@ class OpenPool:
     reasons: list[str] = field(default_factory=list)
     free_max: int = 0
     free_total: int = 0
+    seq: int = 0  # the order it was opened in this plan: the last tie-break between pools
+    unavailable: bool = False  # its offer is backed off: it takes work on its nodes, grows none
+    interruptible: bool = False  # runs here are timed with spot restarts (expected_run)
+    launch: timedelta = timedelta(0)  # how long a new node takes: the target's provisioning
+    watchers: list[Watcher] = field(default_factory=list, repr=False, compare=False)
     _slots: dict[int, int] = field(default_factory=dict)  # pods that fit now, per pod size
 
     @property
@@ -61,23 +73,27 @@ class OpenPool:
         return self.free_total >= w.gpus and self.extra_nodes_for(w) == 0
 
     def grow(self, nodes: int) -> None:
-        self.free = self.free + [self.offer.gpus] * nodes
-        self._refresh()
+        self._refresh(self.free + [self.offer.gpus] * nodes)
 
     def place(self, w: Workload) -> None:
         placed = first_fit(self.free, w.gpus_per_pod, w.pods)
         assert placed is not None
-        self.free = placed
         self.used = True
-        self._refresh()
+        self._refresh(placed)
 
-    def _refresh(self) -> None:
-        self.free_max = max(self.free, default=0)
-        self.free_total = sum(self.free)
+    def _refresh(self, free: list[int]) -> None:
+        before = (self.free_max, self.free_total, len(self.free))
+        self.free = free
+        self.free_max = max(free, default=0)
+        self.free_total = sum(free)
         self._slots.clear()
+        for watcher in self.watchers:
+            watcher.changed(self, *before)
 
     def __post_init__(self) -> None:
-        self._refresh()
+        self.interruptible = interruptible(self.target, self.offer.capacity)
+        self.launch = self.target.provisioning
+        self._refresh(self.free)
 
 
 def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
