@@ -68,11 +68,18 @@ def parse_time(text: str) -> datetime:
     return parsed.replace(tzinfo=parsed.tzinfo or UTC).astimezone(UTC)
 
 
+# No bill line comes near this; beyond it micro-units would pass the ledger's 64-bit integers
+# (9.2e12 units) once a few are summed.
+LARGEST_LINE = Decimal(10) ** 12
+
+
 def _amount(text: str | float | None, currency: str) -> Money:
     try:
         value = Decimal(str(text).strip() or "0")
     except InvalidOperation:
         raise BillError(f"{text!r} is not an amount") from None
+    if not value.is_finite() or abs(value) > LARGEST_LINE:
+        raise BillError(f"{text!r} is not an amount a bill line can hold (at most 10^12)")
     return Money.of(value.quantize(Decimal("0.000001")), currency.strip() or "USD")
 
 

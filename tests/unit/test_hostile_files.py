@@ -17,6 +17,8 @@ from burst.config import ConfigError, load
 from burst.config.yamlsource import MAX_BYTES
 from burst.decide.snapshot import SnapshotError, load_snapshot
 from burst.kube.annotations import BurstAnnotations, read_annotations
+from burst.money import bills
+from burst.money.bills import BillError
 from tests.conftest import ROOT, burst_cli
 
 
@@ -129,3 +131,14 @@ def test_a_snapshot_out_of_range_is_refused_naming_each_field() -> None:
         "workloads.1: 4 pod(s) of -4 GPU(s): pods >= 1, GPUs >= 0",
         "workloads.2.expected_runtime: 99999999 days, 0:00:00 is outside 0 to 3650 days",
     ]
+
+
+@pytest.mark.parametrize("amount", ["1e30", "-99999999999999999999", "NaN", "Infinity"])
+def test_a_bill_amount_no_line_can_hold_is_refused(amount: str) -> None:
+    """An amount past the ledger's 64-bit integers was posted (or raised from the database)."""
+    bill = (
+        "BilledCost,BillingCurrency,ChargePeriodStart,ChargePeriodEnd,ChargeCategory,Tags\n"
+        f"{amount},USD,2026-11-02T08:00:00Z,2026-11-02T09:00:00Z,Usage,{{}}\n"
+    )
+    with pytest.raises(BillError, match=r"is not an amount a bill line can hold"):
+        bills.parse(bill, {})
