@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import TargetSpec
 from burst.decide.candidates import (
@@ -57,10 +58,24 @@ class Placement:
         # Per policy, per (GPU request, spot allowed): the open pools such a request may use.
         self.eligible: dict[str, dict[tuple[str | None, bool], EligiblePools]] = defaultdict(dict)
         self.dispatches: list[Dispatch] = []
+        self._spot_ok: dict[str, bool] = {}
+        self._max_cost: dict[tuple[str, Money | None], int | None] = {}
 
     def spot_ok(self, want: Want) -> bool:
-        names = want.policy.spec.placement.targets
-        return spot_allowed(want, [self.targets[t] for t in names if t in self.targets], self.now)
+        # Asked again when a workload is refused and placed late: its policy, deadline and
+        # runtime, all that spot depends on, stay the same throughout the plan.
+        found = self._spot_ok.get(want.w.uid)
+        if found is None:
+            names = want.policy.spec.placement.targets
+            targets = [self.targets[t] for t in names if t in self.targets]
+            found = self._spot_ok[want.w.uid] = spot_allowed(want, targets, self.now)
+        return found
+
+    def max_cost_usd(self, want: Want) -> int | None:
+        key = (want.policy.metadata.name, want.w.max_cost)
+        if key not in self._max_cost:  # the policy's cap is converted once per plan
+            self._max_cost[key] = self.caps.max_cost_usd(want.w, want.policy)
+        return self._max_cost[key]
 
     def open(self, pool: OpenPool) -> OpenPool:
         pool.seq = len(self.pools)
@@ -113,7 +128,7 @@ class Placement:
         spec = p.spec
         deadline = want.finish_by
         spot_ok = self.spot_ok(want)
-        max_cost_usd = self.caps.max_cost_usd(want.w, want.policy)
+        max_cost_usd = self.max_cost_usd(want)
         refusals: list[str] = []
 
         # 1. Reuse a pool with free room.
