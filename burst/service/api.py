@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Response
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -146,7 +147,12 @@ def create_app(
             s.execute(select(1))
         return {"status": "ready"}
 
-    @app.get("/metrics", dependencies=[Depends(authorised)])
+    @app.get(
+        "/metrics",
+        dependencies=[Depends(authorised)],
+        response_class=PlainTextResponse,  # documented as the Prometheus text it is, not JSON
+        responses={200: {"content": {"text/plain": {}}}},
+    )
     def metrics() -> Response:
         return Response(
             generate_latest(registry), media_type="text/plain; version=0.0.4; charset=utf-8"
