@@ -1,15 +1,21 @@
-"""decide.plan() on generated snapshots of 1k, 10k and 50k pending workloads.
+"""decide.plan() on generated snapshots of 1k, 10k and 50k pending workloads and 200 or 1,000 pools.
 
-Full shipped catalog, the example configuration in config/, 200 existing pools, budgets. Prints
-one JSON object per measurement.
+Full shipped catalog, the example configuration in config/, 200 or 1,000 existing pools, budgets.
+Prints one JSON object per measurement; the plans of one size are timed in turn.
 
-    python benchmarks/bench_plan.py [--sizes 1000,10000,50000] [--repeat 7]
+    python benchmarks/bench_plan.py [--sizes 1000,10000,50000] [--pools 200,1000] [--repeat 7]
 
 Snapshots (seeded): 70 % burstable workloads over six namespaces, 1 to 4 pods of 1 to 8 GPUs,
-V100/T4/A100/any, 60 % with deadlines; on-prem 64 V100, 32 T4, 16 A100 with 40 running workloads.
+V100/T4/A100/any, 60 % with deadlines; on-prem 64 V100, 32 T4, 16 A100 with 40 running workloads;
+the existing pools are all of the policy ml-training (at its pool limit, so its workloads reuse or
+grow them), on random offers with random free GPUs. `median_s` is wall time, `cpu_s` the median
+CPU time of the same plans (steadier on a busy machine); `us_per_workload` is the median per
+pending workload and `x_first_pools` its ratio to the same size with the first pool count.
 `peak_mib` is the peak of Python allocations during one plan (tracemalloc). Per workload the plan
-does a constant amount of work: offers are ranked once per workload shape, the on-prem queue is a
-heap per GPU product, and the pools a workload may use are cached per (policy, GPU, spot allowed).
+does a near-constant amount of work: offers are ranked once per workload shape, the on-prem queue
+is a heap per GPU product, and the open pools a workload may use are kept per (policy, GPU,
+spot allowed) cheapest first, in blocks that know their most free room, so a workload reads only
+pools that can fit it and stops once the next one would cost more than the best found.
 """
 
 from __future__ import annotations
@@ -118,11 +124,46 @@ def snapshot(
     )
 
 
+def measure(
+    snaps: list[Snapshot], offers: catalog.Catalog, cfg: config.Config, repeat: int
+) -> list[dict[str, float | int]]:
+    """Figures per snapshot, their plans timed in turn, so that a busy machine slows all alike."""
+    plans = [decide.plan(snap, offers, cfg, NOW) for snap in snaps]
+    walls: list[list[float]] = [[] for _ in snaps]
+    cpus: list[list[float]] = [[] for _ in snaps]
+    for _ in range(repeat):
+        for i, snap in enumerate(snaps):
+            wall, cpu = time.perf_counter(), time.process_time()
+            plans[i] = decide.plan(snap, offers, cfg, NOW)
+            cpus[i].append(time.process_time() - cpu)
+            walls[i].append(time.perf_counter() - wall)
+    rows = []
+    for snap, plan, times, cpu_times in zip(snaps, plans, walls, cpus, strict=True):
+        tracemalloc.start()
+        decide.plan(snap, offers, cfg, NOW)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        times.sort()
+        median = statistics.median(times)
+        rows.append(
+            {
+                "median_s": round(median, 4),
+                "p95_s": round(times[min(len(times) - 1, round(0.95 * (len(times) - 1)))], 4),
+                "cpu_s": round(statistics.median(cpu_times), 4),
+                "us_per_workload": round(median / len(snap.workloads) * 1e6, 1),
+                "peak_mib": round(peak / 2**20, 1),
+                "actions": len(plan.actions),
+                "skips": len(plan.skips),
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="1000,10000,50000")
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--pools", type=int, default=200)
+    parser.add_argument("--pools", default="200,1000")
     args = parser.parse_args()
     shipped = catalog.shipped()
     cfg = config.load(
@@ -130,36 +171,17 @@ def main() -> None:
     )
     assert cfg.service is not None
     offers = shipped.with_overrides(cfg.service.spec.catalog)
+    pool_counts = [int(p) for p in args.pools.split(",")]
     for size in (int(s) for s in args.sizes.split(",")):
-        snap = snapshot(size, args.pools, offers, cfg, seed=size)
+        snaps = [snapshot(size, pools, offers, cfg, seed=size) for pools in pool_counts]
         repeat = args.repeat if size <= 10_000 else max(3, args.repeat // 2)
-        times = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            plan = decide.plan(snap, offers, cfg, NOW)
-            times.append(time.perf_counter() - start)
-        tracemalloc.start()
-        decide.plan(snap, offers, cfg, NOW)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-        times.sort()
-        print(
-            json.dumps(
-                {
-                    "bench": "plan",
-                    "pending": size,
-                    "pools": args.pools,
-                    "offers": len(offers),
-                    "repeat": repeat,
-                    "median_s": round(statistics.median(times), 4),
-                    "p95_s": round(times[min(len(times) - 1, round(0.95 * (len(times) - 1)))], 4),
-                    "peak_mib": round(peak / 2**20, 1),
-                    "actions": len(plan.actions),
-                    "skips": len(plan.skips),
-                }
-            ),
-            flush=True,
-        )
+        rows = measure(snaps, offers, cfg, repeat)
+        for pools, figures in zip(pool_counts, rows, strict=True):
+            row = {"bench": "plan", "pending": size, "pools": pools, "offers": len(offers)}
+            row |= {"repeat": repeat, **figures}
+            ratio = float(figures["us_per_workload"]) / float(rows[0]["us_per_workload"])
+            row["x_first_pools"] = round(ratio, 2)
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
