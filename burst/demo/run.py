@@ -5,6 +5,10 @@ prices from the shipped catalog, provisioning 60x faster than life), a SQLite da
 reconcile pass run once a second. It submits a mix of jobs: burstable with tight and loose
 deadlines, one that is not burstable, a PyTorchJob too big for on-prem, a hostile spec and one
 over its budget; then it tears every pool down, meters them, and summarises what burst where and why.
+
+Given a FakeClock (the tests), the same passes run on it instead: each pass moves it on by the
+second the demo would have slept, so that a run takes as long as its passes take and no more;
+job durations, launches and idle TTLs are counted on it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -23,7 +28,7 @@ from sqlalchemy import func, select
 from burst import config, failpoints
 from burst.amounts import Money
 from burst.app import reconciler_for
-from burst.clock import SystemClock
+from burst.clock import Clock, FakeClock, SystemClock
 from burst.cloud import catalog
 from burst.demo.scenario import V100, submit, submit_quick
 from burst.kube.events import EventRecorder
@@ -37,6 +42,12 @@ from burst.service.loop import PassReport, Reconciler
 from burst.store import database
 from burst.store.tables import Dispatch, LedgerEntry, Pool, Workload
 from providers.sim import SimCloud, SimProvider, SimSettings
+
+PASS_INTERVAL = 1.0  # seconds between passes
+# On a FakeClock: the sandboxes' controllers look at the clock this often (real seconds), and a
+# pass waits at most this long for them after the clock moved.
+CLUSTER_TICK = 0.01
+SETTLE_SECONDS = 0.05
 
 
 @dataclass
@@ -62,8 +73,12 @@ def run(
     quick: bool = False,
     crash_at: str | None = None,
     failover_at: str | None = None,
+    clock: FakeClock | None = None,
 ) -> dict[str, Any]:
     """Run the demo; returns the summary (see `summarise`).
+
+    `clock`: run on this FakeClock rather than the wall clock (see the module's docstring);
+    `seconds` is then counted on it.
 
     `crash_at` arms a failpoint: the pass that reaches it dies as a killed process would, and a
     new Reconciler (nothing kept in memory) carries on from the database and the clusters.
@@ -71,7 +86,7 @@ def run(
     while the old one, not knowing yet, finishes its pass: its commits must be refused.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    clock = SystemClock()
+    now: Clock = clock or SystemClock()
     shipped = catalog.shipped()
     text = resources.files("burst").joinpath("data", "demo", "config.yaml").read_text("utf-8")
     (workdir / "config.yaml").write_text(text)
@@ -84,9 +99,11 @@ def run(
     engine = database.make_engine(f"sqlite:///{db_file}")
     database.upgrade(engine)
     sessions = database.sessions(engine)
-    onprem = Sandbox(tick=0.05, default_duration=8).start()
+    tick = 0.05 if clock is None else CLUSTER_TICK
+    onprem = Sandbox(clock=now, tick=tick, default_duration=8).start()
     remotes = {
-        t.name: Sandbox(tick=0.05, default_duration=8).start() for t in cfg.service.spec.targets
+        t.name: Sandbox(clock=now, tick=tick, default_duration=8).start()
+        for t in cfg.service.spec.targets
     }
     try:
         for i, product in enumerate((V100, V100, "Tesla-T4")):
@@ -100,8 +117,8 @@ def run(
             n: TimedApiClient(client.Configuration(host=s.url)) for n, s in remotes.items()
         }
         local = KubeObjects(api)
-        events = EventRecorder(api, clock)
-        world = SimCloud(clock, seed=seed, settings=SimSettings(speed=60.0))
+        events = EventRecorder(api, now)
+        world = SimCloud(now, seed=seed, settings=SimSettings(speed=60.0))
         providers = {
             t.name: SimProvider(
                 world,
@@ -113,15 +130,15 @@ def run(
             )
             for t in cfg.service.spec.targets
         }
-        observer = Observer(api, clock, events, watch_timeout=30).start()
+        observer = Observer(api, now, events, watch_timeout=30).start()
         observer.wait_synced()
 
         def fresh(identity: str = "demo") -> Reconciler:
-            epoch = take_epoch(sessions, identity, clock)
+            epoch = take_epoch(sessions, identity, now)
             return reconciler_for(
                 cfg,
                 shipped,
-                clock,
+                now,
                 database.fenced_sessions(engine, epoch),
                 observer,
                 api,
@@ -143,9 +160,8 @@ def run(
                 demo.successor = fresh("demo-successor")
 
             failpoints.arm(failover_at, then=take_over)
-        started = time.monotonic()
-        passes = 0
-        while time.monotonic() - started < seconds:
+        started, passes = _Elapsed(clock), 0
+        while started.seconds() < seconds:
             outcome: PassReport | None
             try:
                 outcome = reconciler.run_once()
@@ -172,7 +188,11 @@ def run(
                 on_pass(demo, passes)
             if passes > 5 and _settled(demo):
                 break
-            time.sleep(1.0)
+            if clock is None:
+                time.sleep(PASS_INTERVAL)
+            else:
+                clock.advance(PASS_INTERVAL)
+                _let_clusters_see(observer)
         failpoints.disarm()
         with sessions() as s:  # tear everything down and meter it
             for pool in s.scalars(
@@ -180,31 +200,46 @@ def run(
             ).all():
                 reconciler.teardown.delete_pool(s, pool.name, "demo over")
         observer.stop()
-        summary = summarise(demo, time.monotonic() - started)
+        summary = summarise(demo, started.seconds())
         with sessions() as s:
             built = report.build(
                 s,
-                _period(),
+                now.now().strftime("%Y-%m"),
                 "team",
                 "USD",
-                cfg.service.spec.usd_rates(clock.now()),
+                cfg.service.spec.usd_rates(now.now()),
                 ledger.budget_limits(cfg),
-                now=clock.now(),
+                now=now.now(),
             )
         (workdir / "report.html").write_text(render.render(built, "html"), encoding="utf-8")
         summary["report"] = str(workdir / "report.html")
         return summary
     finally:
-        onprem.stop()
-        for sandbox in remotes.values():
-            sandbox.stop()
+        # Together: each waits up to half a second for its server to notice.
+        with ThreadPoolExecutor() as stopping:
+            list(stopping.map(Sandbox.stop, [onprem, *remotes.values()]))
         engine.dispose()
 
 
-def _period() -> str:
-    from datetime import UTC, datetime
+class _Elapsed:
+    """Seconds since the run began: on the wall clock (monotonic), or on the FakeClock."""
 
-    return datetime.now(UTC).strftime("%Y-%m")
+    def __init__(self, clock: FakeClock | None) -> None:
+        self.clock = clock
+        self.start = clock.now() if clock else None
+        self.wall = time.monotonic()
+
+    def seconds(self) -> float:
+        if self.clock is None or self.start is None:
+            return time.monotonic() - self.wall
+        return (self.clock.now() - self.start).total_seconds()
+
+
+def _let_clusters_see(observer: Observer) -> None:
+    """After the FakeClock moved: give the sandboxes' kubelets a few rounds to finish the pods
+    whose time came, and return early once the on-prem watch has seen something change."""
+    observer.changed.clear()
+    observer.changed.wait(SETTLE_SECONDS)
 
 
 def _settled(demo: Demo) -> bool:

@@ -2,7 +2,8 @@
 next epoch and carries on from the database and the clusters, while the old one finishes its pass
 without knowing. Its commits are refused by the fencing epoch, and nothing is done twice: one
 remote run per workload, every pool created once in the cloud, none left running, a complete
-ledger. (tests/e2e/test_serve.py shows the Lease changing hands between two processes.)"""
+ledger. The runs are on a FakeClock, as in test_crash.py. (tests/e2e/test_serve.py shows the
+Lease changing hands between two processes.)"""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from burst import demo
+from burst.clock import FakeClock
 
 # Boundaries after which the old leader still has a write to make in the same pass.
 POINTS = ("pool-created-in-cloud", "remote-created", "outcome-recorded", "pool-deleted-in-cloud")
@@ -24,6 +26,7 @@ def test_a_leader_replaced_mid_pass_does_nothing_twice(point: str, tmp_path: Pat
         workdir=tmp_path,
         quick=True,
         failover_at=point,
+        clock=FakeClock(),
         on_pass=lambda run, _: boards.append(demo.board(run)),
     )
     shown = {(job, state, where) for jobs, _ in boards for job, state, where in jobs}
