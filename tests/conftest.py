@@ -114,8 +114,9 @@ def kube(sandbox: Any) -> Iterator[Any]:
     api.close()
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, every: float = 0.02) -> Any:
-    """Poll until `predicate()` is truthy; its value, or AssertionError after `timeout` seconds."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, every: float = 0.02) -> Any:
+    """Poll until `predicate()` is truthy; its value, or AssertionError after `timeout` seconds
+    (generous: a busy machine makes a wait longer, and only a failing test waits it out)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

@@ -7,13 +7,12 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 
 pytestmark = pytest.mark.skipif(
     shutil.which("kubectl") is None, reason="kubectl is not on the PATH"
@@ -100,12 +99,16 @@ def test_get_apply_describe_delete(kubeconfig: Path, tmp_path: Path) -> None:
         kubectl(kubeconfig, "get", "jobs", "-l", "team=cms-ml", "-o", "name").strip()
         == "job.batch/hello"
     )
-    deadline = time.monotonic() + 15
-    while "Complete" not in kubectl(
-        kubeconfig, "get", "job", "hello", "-o", "jsonpath={.status.conditions[*].type}"
-    ):
-        assert time.monotonic() < deadline, "the job did not complete"
-        time.sleep(0.1)
+    wait_for(
+        lambda: (
+            "Complete"
+            in kubectl(
+                kubeconfig, "get", "job", "hello", "-o", "jsonpath={.status.conditions[*].type}"
+            )
+        ),
+        timeout=60,
+        every=0.1,
+    )
     described = kubectl(kubeconfig, "describe", "job", "hello")
     assert "Completed" in described and "nvidia.com/gpu:  1" in described
     node = kubectl(
@@ -120,7 +123,6 @@ def test_get_apply_describe_delete(kubeconfig: Path, tmp_path: Path) -> None:
     assert node.startswith("sandbox-gpu-")
     assert "Tesla-T4" in kubectl(kubeconfig, "describe", "node", node)
     assert kubectl(kubeconfig, "delete", "-f", str(manifest)).strip() == 'job.batch "hello" deleted'
-    deadline = time.monotonic() + 10
-    while kubectl(kubeconfig, "get", "pods", "-o", "name").strip():
-        assert time.monotonic() < deadline, "kubectl delete left pods behind"
-        time.sleep(0.1)
+    wait_for(  # kubectl delete left no pods behind
+        lambda: not kubectl(kubeconfig, "get", "pods", "-o", "name").strip(), timeout=60, every=0.1
+    )
