@@ -26,7 +26,7 @@ from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config
 from burst.decide import allowed_accelerators
-from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer
+from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer, OfferKey
 from burst.sim.simulate import World, price_cap_usd_micros, target_regions
 from burst.sim.state import first_fit
 from burst.sim.trace import SimJob
@@ -101,7 +101,7 @@ class Waiting:
 
     def decide(self, world: World) -> Sequence[Action]:
         actions: list[Action] = []
-        for p in world.pools.values():
+        for p in world.idle_pools():
             if (
                 p.state in ("requested", "ready")
                 and p.idle_since is not None
@@ -109,8 +109,12 @@ class Waiting:
             ):
                 actions.append(DeletePool(p.name, "idle for the idle TTL"))
         gone = {a.pool for a in actions}
-        room = {v.name: v.free_per_node() for v in world.pool_views() if v.name not in gone}
-        offers = {name: world.pools[name].offer for name in room}
+        # The GPUs free per node of each pool that has any, by offer, in pool order: a pool with
+        # none can take no job (every pod asks for a GPU or more), so it is not looked at.
+        room: dict[OfferKey, dict[str, list[int]]] = {}
+        for v in world.pools_with_room():
+            if v.name not in gone:
+                room.setdefault(v.offer, {})[v.name] = v.free_per_node()
         for i in world.queued():
             job = world.jobs[i]
             if job.planned_pool is not None or world.now - job.spec.submit < self.wait(job.spec):
@@ -119,12 +123,12 @@ class Waiting:
             if choice is None:
                 continue
             spec = job.spec
+            same = room.setdefault(choice.offer.key, {})
             pool = next(
                 (
                     name
-                    for name, free in room.items()
-                    if offers[name] == choice.offer.key
-                    and first_fit(free, spec.gpus_per_pod, spec.pods) is not None
+                    for name, free in same.items()
+                    if first_fit(free, spec.gpus_per_pod, spec.pods) is not None
                 ),
                 None,
             )
@@ -145,10 +149,9 @@ class Waiting:
                         ),
                     )
                 )
-                room[pool] = [choice.offer.gpus] * choice.nodes
-                offers[pool] = choice.offer.key
-            for k in first_fit(room[pool], spec.gpus_per_pod, spec.pods) or []:
-                room[pool][k] -= spec.gpus_per_pod
+                same[pool] = [choice.offer.gpus] * choice.nodes
+            for k in first_fit(same[pool], spec.gpus_per_pod, spec.pods) or []:
+                same[pool][k] -= spec.gpus_per_pod
             actions.append(
                 Dispatch(
                     str(i),

@@ -27,8 +27,7 @@ class CloudPools(OnPremQueue):
         pool = Pool(
             len(self.pool_list), a.pool, a.target, a.policy, a.offer, offer.hourly.micros, self.now
         )
-        self.pools[a.pool] = pool
-        self.pool_list.append(pool)
+        self._open(pool)
         pool.doomed = self.rng.random() < self.clouds.launch_failure
         self._boot(pool, a.nodes)
         return True
@@ -38,6 +37,7 @@ class CloudPools(OnPremQueue):
         # A launch fails as a whole: nodes added while it launches share its fate, and nodes
         # added to a pool that is up come up.
         fails = pool.state == "requested" and pool.doomed
+        self._changed(pool)
         for _ in range(count):
             gpus = pool.offer.gpus
             node = Node(gpus, self.now, self.now + delay, gpus)
@@ -56,6 +56,7 @@ class CloudPools(OnPremQueue):
     def _nodes_ready(self, pool: Pool) -> None:
         if pool.state not in ("requested", "ready"):
             return
+        self._changed(pool)
         if pool.state == "requested":
             pool.state = "ready"
             self.unavailable.succeeded(pool.offer)
@@ -97,6 +98,8 @@ class CloudPools(OnPremQueue):
         self._unplan(i)
         self.jobs[i].planned_pool = pool
         pool.planned.add(i)
+        self._changed(pool)
+        self.queued_as.pop(i, None)
         pool.idle_since = None
         if pool.state == "ready":
             self._start_planned(pool)
@@ -107,6 +110,8 @@ class CloudPools(OnPremQueue):
         if pool is not None:
             pool.planned.discard(i)
             job.planned_pool = None
+            self._changed(pool)
+            self.queued_as.pop(i, None)
             self._idle_if_empty(pool)
 
     def _start_planned(self, pool: Pool) -> None:
@@ -118,7 +123,8 @@ class CloudPools(OnPremQueue):
             pool.planned.discard(i)
             job.planned_pool = None
             job.state, job.pool, job.nodes = "cloud", pool, spots
-            self.waiting.discard(i)
+            self._unwait(i)
+            self._changed(pool)
             job.run_start = self.now
             if job.started is None:
                 job.started = self.now
@@ -141,6 +147,7 @@ class CloudPools(OnPremQueue):
 
     def _release(self, pool: Pool, i: int) -> None:
         job = self.jobs[i]
+        self._changed(pool)
         for k in job.nodes:
             node = pool.nodes[k]
             node.free += job.spec.gpus_per_pod
@@ -159,6 +166,7 @@ class CloudPools(OnPremQueue):
     def _idle_if_empty(self, pool: Pool) -> None:
         if not pool.planned and not any(n.jobs for n in pool.alive):
             pool.idle_since = self.now
+            self._changed(pool)
             self._idle_timer(pool)
 
     def _idle_timer(self, pool: Pool) -> None:
@@ -190,14 +198,14 @@ class CloudPools(OnPremQueue):
             self._unplan(i)
         self._lose(pool, pool.nodes)
         pool.state = state
-        if self.pools.get(pool.name) is pool:
-            del self.pools[pool.name]
+        self._gone(pool)
 
     def _end_node(self, pool: Pool, node: Node) -> None:
         if node.ended is not None:
             return
         node.ended = self.now
         pool.alive.remove(node)
+        self._changed(pool)
         rule = BILLING[pool.offer.cloud]
         cost = pool.hourly_micros * rule.billable(node.ended - node.requested) // 3600
         booting = min(node.ready_at, node.ended) - node.requested

@@ -1,10 +1,12 @@
 """The simulated on-prem cluster: strict FIFO per GPU product, the queue decide/onprem.py estimates. A job
 that arrives queues (or is marked as one only a cloud can run), starts when it reaches the head and
-its GPUs are free, and leaves the queue when a policy sends it to a cloud."""
+its GPUs are free, and leaves the queue when a policy sends it to a cloud. The jobs still waiting are
+kept in queue order as they come and go, for the decisions to read (views.py)."""
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from typing import Protocol
 
 from burst.model import RunningWorkload
@@ -19,10 +21,11 @@ class Waking(Protocol):
 class OnPremQueue(WorldState):
     def _arrive(self, i: int, policy: Waking) -> None:
         job = self.jobs[i]
-        self.waiting.add(i)
-        if job.spec.gpus > self.capacity[self.product]:
+        too_big = job.spec.gpus > self.capacity[self.product]
+        if too_big:
             self.never_fits.add(i)
-        else:
+        self._wait(i)
+        if not too_big:
             heapq.heappush(self.queue, (job.spec.submit, i))
             self._start_onprem()
         if job.state == "queued":
@@ -45,7 +48,7 @@ class OnPremQueue(WorldState):
             if job.planned_pool is not None:  # it started here before its pool was ready
                 self._unplan(i)
             job.state, job.started = "onprem", self.now
-            self.waiting.discard(i)
+            self._unwait(i)
             end = self.now + job.spec.duration
             self.running[i] = RunningWorkload(str(i), self.product, job.spec.gpus, self.dt(end))
             self._at(end, "onprem-end", i)
@@ -60,13 +63,26 @@ class OnPremQueue(WorldState):
 
     def queued(self) -> list[int]:
         """Jobs still waiting, in queue order (those too big for on-prem last)."""
-        fits = sorted(i for i in self.waiting if i not in self.never_fits)
-        return fits + sorted(self.waiting & self.never_fits)
+        return self.waiting_fits + self.waiting_big
+
+    def _wait(self, i: int) -> None:
+        # Arrivals come in index order and land at the end; a job sent back finds its old place.
+        if i in self.waiting:
+            return
+        self.waiting.add(i)
+        insort(self.waiting_big if i in self.never_fits else self.waiting_fits, i)
+
+    def _unwait(self, i: int) -> None:
+        if i in self.waiting:
+            self.waiting.discard(i)
+            self.queued_as.pop(i, None)
+            line = self.waiting_big if i in self.never_fits else self.waiting_fits
+            del line[bisect_left(line, i)]
 
     def _requeue(self, i: int) -> None:
         job = self.jobs[i]
         job.state = "queued"
-        self.waiting.add(i)
+        self._wait(i)
         if i in self.never_fits:
             return
         heapq.heappush(self.queue, (job.spec.submit, i))

@@ -7,9 +7,10 @@ the queue decide/onprem.py estimates) and the clouds of clouds.py. A policy is a
 decision ticks, on the ServiceConfig's reconcile interval, after a change that can call for a
 decision: a job that has to queue arrives, a launch fails, a node is lost, a pool has been idle for
 its TTL, or a timer the policy asked for is due (jobs ending and nodes coming up do not: with exact
-runtimes they only make estimates better). It answers with the actions of model.py: `Burst` builds
-the Snapshot the service would and calls the same `decide.plan`; the baselines (baselines.py)
-answer with the same action types. A launch refused for capacity backs its offer off and the policy
+runtimes they only make estimates better). It sees the queue and the pools through views.py, kept
+across decisions rather than rebuilt for each, and answers with the actions of model.py: `Burst`
+builds the Snapshot the service would and calls the same `decide.plan`; the baselines
+(baselines.py) answer with the same action types. A launch refused for capacity backs its offer off and the policy
 is asked again at once, as the reconcile loop does. Everything random comes from one seed.
 Runtimes are the trace's durations, known to every policy; a job runs as long in a cloud as on-prem.
 """
@@ -18,8 +19,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from datetime import timedelta
 from typing import Protocol
 
 from burst import decide
@@ -33,18 +32,12 @@ from burst.model import (
     DeletePool,
     Dispatch,
     OnPrem,
-    PoolView,
     ResizePool,
     Snapshot,
-    Workload,
 )
-from burst.sim.clouds import CloudPools
-from burst.sim.state import (
-    Outcome,
-    first_fit,
-    usd_rate,
-)
+from burst.sim.state import Outcome, usd_rate
 from burst.sim.trace import SimJob
+from burst.sim.views import Views
 
 CAPACITY_REPLANS = 3
 
@@ -61,7 +54,7 @@ class Policy(Protocol):
         ...
 
 
-class World(CloudPools):
+class World(Views):
     """The replay: events in time order, decisions at ticks, and the figures at the end."""
 
     def run(self, policy: Policy, progress: Callable[[float], None] | None = None) -> Outcome:
@@ -145,55 +138,6 @@ class World(CloudPools):
                     self._close(pool, "deleted")
         return refused
 
-    # -- the decision's view --
-
-    def workload(self, i: int) -> Workload:
-        w = self._workloads.get(i)
-        if w is None:
-            s = self.jobs[i].spec
-            submitted = self.dt(s.submit)
-            w = Workload(
-                uid=str(i),
-                kind="Job",
-                namespace=s.team,
-                name=s.job_id,
-                team=s.team,
-                gpus_per_pod=s.gpus_per_pod,
-                pods=s.pods,
-                created=submitted,
-                pending_since=submitted,
-                burstable=True,
-                deadline=self.dt(s.deadline),
-                expected_runtime=timedelta(seconds=s.duration),
-            )
-            self._workloads[i] = w
-        return w
-
-    def pool_views(self) -> tuple[PoolView, ...]:
-        views = []
-        for pool in self.pools.values():
-            free = [n.free for n in pool.alive]
-            for i in pool.planned:  # planned work holds its room, as in the reconciler
-                s = self.jobs[i].spec
-                spots = first_fit(free, s.gpus_per_pod, s.pods)
-                for k in spots or []:
-                    free[k] -= s.gpus_per_pod
-            views.append(
-                PoolView(
-                    name=pool.name,
-                    target=pool.target,
-                    policy=pool.policy,
-                    offer=pool.offer,
-                    nodes=len(free),
-                    state="ready" if pool.state == "ready" else "creating",
-                    created=self.dt(pool.created),
-                    free_gpus=tuple(free),
-                    idle_since=None if pool.idle_since is None else self.dt(pool.idle_since),
-                    hourly=Money(pool.hourly_micros, "USD"),
-                )
-            )
-        return tuple(views)
-
     # -- the figures --
 
     def _outcome(self, name: str) -> Outcome:
@@ -258,15 +202,10 @@ class Burst:
         return None if self.max_wait is None else job.submit + self.max_wait.total_seconds()
 
     def decide(self, world: World) -> Sequence[Action]:
-        workloads = []
-        for i in world.queued():
-            w = world.workload(i)
-            planned = world.jobs[i].planned_pool
-            workloads.append(w if planned is None else replace(w, phase="planned"))
         now = world.dt(world.now)
         snapshot = Snapshot(
             taken_at=now,
-            workloads=tuple(workloads),
+            workloads=world.queued_workloads(),
             onprem=OnPrem(dict(world.capacity), tuple(world.running.values())),
             pools=world.pool_views(),
             budgets=world.budget_views(),

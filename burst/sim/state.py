@@ -1,7 +1,7 @@
 """The simulator's state: jobs, nodes and pools as the replay keeps them, the virtual clock and its
 event queue, and the money side (each job's usage held against its budgets while it runs and charged
-when it ends, as the ledger does). queue.py (on-prem) and clouds.py build on it; simulate.py's World
-runs the replay."""
+when it ends, as the ledger does). queue.py (on-prem) and clouds.py build on it and mark what they
+change, views.py shows it to the policies; simulate.py's World runs the replay."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from decimal import Decimal
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.config import Config
-from burst.model import BudgetView, Cloud, OfferKey, RunningWorkload, Workload
+from burst.model import BudgetView, Cloud, OfferKey, PoolView, RunningWorkload, Workload
 from burst.money import ledger
 from burst.sim.trace import SimJob
 from providers.sim import LATENCY, Latency
@@ -168,15 +168,33 @@ class WorldState:
         self.queue: list[tuple[int, int]] = []  # heap of (submit, index): strict FIFO
         self.never_fits: set[int] = set()  # too big for on-prem: only a cloud can run them
         self.waiting: set[int] = set()  # every queued job (index order is submit order)
+        # ... and the same jobs kept sorted as they come and go (queue.py), so that a decision
+        # reads the queue in order without sorting it: those that fit on-prem, then the rest.
+        self.waiting_fits: list[int] = []
+        self.waiting_big: list[int] = []
         self.running: dict[int, RunningWorkload] = {}  # on-prem, by job index
         self.pools: dict[str, Pool] = {}  # live ones, by name
         self.pool_list: list[Pool] = []  # every pool ever made, by id
+        # The decision's view of each live pool, in the order of `pools` (views.py builds them):
+        # None until built, and rebuilt only for the pools in `stale`, those opened, changed or
+        # gone since the last decision.
+        self.views: dict[str, PoolView | None] = {}
+        self.stale: set[Pool] = set()
+        self.view_list: tuple[PoolView, ...] = ()
+        # A live name's place in `pools` (a name taken again while live keeps its place), to give
+        # the pools with room and the idle ones in that order without going through all of them.
+        self.rank: dict[str, int] = {}
+        self.roomy: dict[str, PoolView] = {}  # the views with a GPU free
+        self.idling: dict[str, Pool] = {}  # the pools running nothing, with nothing planned
         self.unavailable = UnavailableOffers(_VirtualClock(self))
         self.now = 0.0
         self._events: list[tuple[float, int, str, int | tuple[int, int]]] = []
         self._seq = 0
         self._ticks: set[int] = set()
-        self._workloads: dict[int, Workload] = {}
+        self.workloads: dict[int, Workload] = {}  # each job as pending (views.py)
+        # Each queued job as the decision sees it, pending or planned: made when first asked,
+        # dropped when the job is planned, unplanned or leaves the queue.
+        self.queued_as: dict[int, Workload] = {}
         self.budgets = ledger.budget_limits(config)
         self.budget_used: dict[tuple[str, datetime], int] = {}  # USD micros per period
         self.budget_held: dict[int, int] = {}  # USD micros reserved per job in a cloud
@@ -251,3 +269,25 @@ class WorldState:
     def _unplan(self, i: int) -> None:
         """A job planned onto a pool is no longer (clouds.py)."""
         raise NotImplementedError
+
+    # -- the pools the decision sees --
+
+    def _open(self, pool: Pool) -> None:
+        """A new live pool; its view takes the place its name takes in `pools`."""
+        self.rank.setdefault(pool.name, pool.id)
+        self.pools[pool.name] = pool
+        self.pool_list.append(pool)
+        self.views[pool.name] = None
+        self.stale.add(pool)
+
+    def _changed(self, pool: Pool) -> None:
+        """Something the pool's view shows has changed: nodes, room, planned jobs, state, idleness."""
+        self.stale.add(pool)
+
+    def _gone(self, pool: Pool) -> None:
+        """The pool is deleted or failed: it leaves `pools` and the views."""
+        if self.pools.get(pool.name) is pool:
+            del self.pools[pool.name]
+            del self.views[pool.name]
+            del self.rank[pool.name]
+        self.stale.add(pool)

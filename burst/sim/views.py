@@ -1,0 +1,127 @@
+"""What a policy sees of the replay at a decision: the jobs still queued, in queue order, each as the
+Workload the service would see, and each live pool as the PoolView the reconciler would build.
+
+The World (simulate.py) asks a policy what to do at every decision tick, some 20,000 times over
+Philly; between two of them only a few jobs arrive, start or end and only a few pools change. So
+nothing here is rebuilt per decision: the queue is kept in order as jobs come and go (queue.py), a
+job's Workload is made once, and a pool's view is rebuilt only when something it shows has changed
+(clouds.py marks the pool on every such event: nodes requested, up or gone, jobs planned, started or
+ended, the pool idle or not). `rebuilt_pool_views` builds every view from scratch, for tests to hold
+the kept views against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import cast
+
+from burst.amounts import Money
+from burst.model import PoolView, Workload
+from burst.sim.clouds import CloudPools
+from burst.sim.state import Pool, WorldState, first_fit
+
+
+def pool_view(world: WorldState, pool: Pool) -> PoolView:
+    """The pool as the decision sees it now, built from its nodes and planned jobs."""
+    free = [n.free for n in pool.alive]
+    for i in pool.planned:  # planned work holds its room, as in the reconciler
+        s = world.jobs[i].spec
+        spots = first_fit(free, s.gpus_per_pod, s.pods)
+        for k in spots or []:
+            free[k] -= s.gpus_per_pod
+    return PoolView(
+        name=pool.name,
+        target=pool.target,
+        policy=pool.policy,
+        offer=pool.offer,
+        nodes=len(free),
+        state="ready" if pool.state == "ready" else "creating",
+        created=world.dt(pool.created),
+        free_gpus=tuple(free),
+        idle_since=None if pool.idle_since is None else world.dt(pool.idle_since),
+        hourly=Money(pool.hourly_micros, "USD"),
+    )
+
+
+def rebuilt_pool_views(world: WorldState) -> tuple[PoolView, ...]:
+    """Every live pool's view built afresh: what the kept views must equal at any decision."""
+    return tuple(pool_view(world, pool) for pool in world.pools.values())
+
+
+class Views(CloudPools):
+    """The queued jobs and the live pools as a decision sees them, kept across decisions."""
+
+    def workload(self, i: int) -> Workload:
+        """Job i as the service would see it pending (made once: nothing in it changes)."""
+        w = self.workloads.get(i)
+        if w is None:
+            s = self.jobs[i].spec
+            submitted = self.dt(s.submit)
+            w = Workload(
+                uid=str(i),
+                kind="Job",
+                namespace=s.team,
+                name=s.job_id,
+                team=s.team,
+                gpus_per_pod=s.gpus_per_pod,
+                pods=s.pods,
+                created=submitted,
+                pending_since=submitted,
+                burstable=True,
+                deadline=self.dt(s.deadline),
+                expected_runtime=timedelta(seconds=s.duration),
+            )
+            self.workloads[i] = w
+        return w
+
+    def queued_workloads(self) -> tuple[Workload, ...]:
+        """The queued jobs in queue order, those planned onto a pool as planned."""
+        seen = self.queued_as
+        return tuple([seen.get(i) or self._queued_as(i) for i in self.queued()])
+
+    def _queued_as(self, i: int) -> Workload:
+        w = self.workload(i)
+        if self.jobs[i].planned_pool is not None:
+            w = replace(w, phase="planned")
+        self.queued_as[i] = w
+        return w
+
+    def pool_views(self) -> tuple[PoolView, ...]:
+        """Every live pool's view, in the order of `pools`."""
+        if self.stale:
+            self._review()
+        return self.view_list
+
+    def pools_with_room(self) -> list[PoolView]:
+        """The views of the pools with a GPU free on some node, in the order of `pool_views`."""
+        if self.stale:
+            self._review()
+        return sorted(self.roomy.values(), key=lambda v: self.rank[v.name])
+
+    def idle_pools(self) -> list[Pool]:
+        """The live pools that run nothing and have nothing planned, in the order of `pools`."""
+        if self.stale:
+            self._review()
+        return sorted(self.idling.values(), key=lambda p: self.rank[p.name])
+
+    def _review(self) -> None:
+        """Rebuild the views of the pools changed since the last decision, and only those."""
+        for pool in self.stale:
+            name = pool.name
+            if self.pools.get(name) is pool:
+                view = self.views[name] = pool_view(self, pool)
+                if any(view.free_gpus):
+                    self.roomy[name] = view
+                else:
+                    self.roomy.pop(name, None)
+                if pool.idle_since is None:
+                    self.idling.pop(name, None)
+                else:
+                    self.idling[name] = pool
+            elif name not in self.pools:  # gone (not replaced: its successor is stale too)
+                self.roomy.pop(name, None)
+                self.idling.pop(name, None)
+        self.stale.clear()
+        # Every live pool is built now: a new one is stale until it is.
+        self.view_list = cast(tuple[PoolView, ...], tuple(self.views.values()))

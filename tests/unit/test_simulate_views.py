@@ -1,0 +1,158 @@
+"""views.py: the queue and pool views the replay keeps across decisions are, at every decision, what
+building them from scratch gives, on a window of Philly with clouds that refuse, fail and interrupt."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import pytest
+
+from burst import config
+from burst.amounts import Money
+from burst.cloud import catalog
+from burst.model import CLOUDS, Action, CreatePool, Dispatch, ResizePool
+from burst.sim import baselines, simulate, trace
+from burst.sim.state import START, CloudModel
+from burst.sim.trace import SimJob
+from burst.sim.views import rebuilt_pool_views
+from providers.sim import Latency
+from tests.conftest import ROOT
+
+SHIPPED = catalog.shipped()
+CFG = config.load(
+    [ROOT / "docs" / "examples" / "simulate"],
+    config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()),
+)
+assert CFG.service is not None
+OFFERS = SHIPPED.with_overrides(CFG.service.spec.catalog)
+POLICY = simulate.policy_of(CFG)
+# Clouds that misbehave often, so that every event a view depends on happens in a short window.
+ROUGH = CloudModel(shortage=0.1, launch_failure=0.2, spot_interruptions_per_hour=0.5)
+# Clouds that answer in exactly five minutes and never fail.
+STEADY = CloudModel(
+    shortage=0,
+    launch_failure=0,
+    spot_interruptions_per_hour=0,
+    latency={c: Latency(median_s=300, sigma=0, cap_s=3600) for c in CLOUDS},
+)
+
+
+def philly(jobs: int) -> list[SimJob]:
+    raw = trace.read(ROOT / "burst" / "data" / "traces" / "microsoft-philly-2017-public.csv")
+    return trace.derive(
+        raw[:jobs],
+        teams=POLICY.spec.selector.namespaces,
+        allowance_s=simulate.deadline_allowance(CFG, POLICY),
+        slack=(1.5, 4.0),
+        seed=1,
+    )
+
+
+class Checked:
+    """A policy that, before deciding as `inner` does, checks the kept views against a rebuild."""
+
+    def __init__(self, inner: simulate.Policy) -> None:
+        self.inner, self.name, self.checks = inner, inner.name, 0
+
+    def wake_at(self, job: SimJob) -> float | None:
+        return self.inner.wake_at(job)
+
+    def decide(self, world: simulate.World) -> Sequence[Action]:
+        fits = sorted(i for i in world.waiting if i not in world.never_fits)
+        assert world.queued() == fits + sorted(world.waiting & world.never_fits)
+        expected = tuple(
+            world.workload(i)
+            if world.jobs[i].planned_pool is None
+            else replace(world.workload(i), phase="planned")
+            for i in world.queued()
+        )
+        assert world.queued_workloads() == expected
+        views = rebuilt_pool_views(world)
+        assert world.pool_views() == views
+        assert world.pools_with_room() == [v for v in views if any(v.free_gpus)]
+        idle = [p for p in world.pools.values() if p.idle_since is not None]
+        assert world.idle_pools() == idle
+        self.checks += 1
+        return self.inner.decide(world)
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        simulate.Burst(CFG),
+        baselines.no_wait(CFG, POLICY, OFFERS),
+        baselines.compute_wait(CFG, POLICY, OFFERS, philly(1500)),
+    ],
+    ids=lambda p: p.name,
+)
+def test_the_kept_views_are_the_rebuilt_ones_at_every_decision(policy: simulate.Policy) -> None:
+    jobs = philly(1500)
+    checked = Checked(policy)
+    world = simulate.World(jobs, {"V100": 96}, CFG, OFFERS, seed=2, clouds=ROUGH)
+    out = world.run(checked)
+    assert checked.checks == out.decisions > 100
+    # The window saw what the views follow: pools refused, failed, interrupted, shared and let go.
+    assert out.burst_jobs > 100 and out.pools_created > 10
+    assert out.capacity_refusals and out.launch_failures
+    if policy.name == "burst":
+        assert out.interruptions  # only burst takes spot
+    # And the replay did the same as without the checks.
+    again = simulate.World(jobs, {"V100": 96}, CFG, OFFERS, seed=2, clouds=ROUGH).run(policy)
+    assert replace(again, decisions=out.decisions) == out
+
+
+class Scripted:
+    """At t=60 a pool of two 1-GPU nodes for the queued jobs; at t=120 a third node for none."""
+
+    name = "scripted"
+
+    def wake_at(self, job: SimJob) -> float | None:
+        return None
+
+    def decide(self, world: simulate.World) -> list[Action]:
+        zero = Money.zero("USD")
+        offer = next(
+            o for o in OFFERS if o.gpus == 1 and o.capacity == "on-demand" and o.cloud == "gcp"
+        )
+        if world.now == 60:
+            create = CreatePool("p", "gcp", "ml", offer.key, 2, offer.hourly, "", zero)
+            return [create] + [
+                Dispatch(str(i), "p", "gcp", "", zero, START) for i in world.queued()
+            ]
+        if world.now == 120:
+            return [ResizePool("p", 3, "", zero)]
+        return []
+
+
+def test_a_pool_grown_or_left_by_a_job_between_decisions_is_seen_so() -> None:
+    # On-prem: 7 of 8 GPUs busy for a day, the eighth until t=250. b and c queue, and are put on
+    # a pool at t=60 that is up at t=360; the pool grows by a node at t=120 with nothing for it;
+    # b starts on-prem at t=250 and leaves the pool to c. Each decision after one change alone
+    # (e's at t=180, f's at t=300) sees the pool as it is then.
+    def one(name: str, submit: int, duration: int, gpus: int) -> SimJob:
+        return SimJob(name, submit, duration, gpus, 1, gpus, 10**6, "cms-ml")
+
+    jobs = [
+        one("hog", 0, 86_400, 7),
+        one("short", 0, 250, 1),
+        one("b", 10, 600, 1),
+        one("c", 20, 600, 1),
+        one("d", 100, 600, 1),
+        one("e", 130, 600, 1),
+        one("f", 260, 600, 1),
+    ]
+    seen: dict[float, list[tuple[int, tuple[int, ...]]]] = {}
+
+    class Watching(Checked):
+        def decide(self, world: simulate.World) -> Sequence[Action]:
+            actions = super().decide(world)  # checked against a rebuild first
+            seen[world.now] = [(v.nodes, v.free_gpus) for v in world.pool_views()]
+            return actions
+
+    world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY)
+    world.run(Watching(Scripted()))
+    # Three nodes, two held for b and c; then only c's (planned work holds room first fit).
+    assert seen[180] == [(3, (0, 0, 1))] and seen[300] == [(3, (0, 1, 1))]
+    assert world.jobs[2].started == 250 and not world.jobs[2].ran_in_cloud
+    assert world.jobs[3].ran_in_cloud
