@@ -1,10 +1,13 @@
 """Simulation speed: `burst simulate`'s replay of burst's own policy on each shipped trace and on a
-100,000-job trace made by resampling whole days of Philly, in jobs per second of wall time.
+100,000-job trace made by resampling whole days of Philly, in jobs per second of wall time; and
+Philly under the four baselines too, as `burst simulate --baselines` replays it.
 
 The simulation configuration in docs/examples/simulate, seed 1, deadline slack uniform:1.5:4, the
-default on-prem size. Prints one JSON object per trace.
+default on-prem size. Prints one JSON object per trace and policy, and for a trace with baselines
+one more (policy "all") with the seconds of the five replays together: what
+`burst simulate --trace philly -c docs/examples/simulate --baselines` spends replaying.
 
-    python benchmarks/bench_simulate.py [--traces openb,philly,philly-100k]
+    python benchmarks/bench_simulate.py [--traces openb,philly,philly-100k] [--baselines philly]
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from burst import config
 from burst.cloud import catalog
-from burst.sim import simulate, trace
+from burst.sim import compare, simulate, trace
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "burst" / "data" / "traces"
@@ -52,12 +55,16 @@ def resampled(jobs: list[trace.TraceJob], count: int, seed: int) -> list[trace.T
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--traces", default="openb,philly,philly-100k")
+    parser.add_argument(
+        "--baselines", default="philly", help="Traces also replayed under the four baselines."
+    )
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.in_process and "," in args.traces:
         # One process per trace: what one replay leaves in memory does not slow the next.
         for name in args.traces.split(","):
-            subprocess.run([sys.executable, __file__, "--traces", name, "--in-process"], check=True)
+            command = [sys.executable, __file__, "--traces", name, "--baselines", args.baselines]
+            subprocess.run([*command, "--in-process"], check=True)
         return
     shipped = catalog.shipped()
     cfg = config.load(
@@ -80,26 +87,37 @@ def main() -> None:
             seed=1,
         )
         gpus = trace.onprem_gpus(raw)
-        world = simulate.World(jobs, {"V100": gpus}, cfg, offers, seed=1)
-        started = time.perf_counter()
-        outcome = world.run(simulate.Burst(cfg))
-        seconds = time.perf_counter() - started
-        print(
-            json.dumps(
-                {
-                    "benchmark": "simulate",
-                    "trace": name,
-                    "jobs": len(jobs),
-                    "onprem_gpus": gpus,
-                    "seconds": round(seconds, 2),
-                    "jobs_per_second": round(len(jobs) / seconds),
-                    "decisions": outcome.decisions,
-                    "ms_per_decision": round(1000 * seconds / max(outcome.decisions, 1), 2),
-                    "deadlines_met": round(outcome.deadlines_met, 4),
-                }
-            ),
-            flush=True,
+        # The policies in the order `burst simulate` replays them: burst's own first.
+        chosen = compare.policies(
+            cfg, policy, offers, jobs, include_baselines=name in args.baselines.split(",")
         )
+        total = 0.0
+        for p in chosen:
+            world = simulate.World(jobs, {"V100": gpus}, cfg, offers, seed=1)
+            started = time.perf_counter()
+            outcome = world.run(p)
+            seconds = time.perf_counter() - started
+            total += seconds
+            print(
+                json.dumps(
+                    {
+                        "benchmark": "simulate",
+                        "trace": name,
+                        "policy": p.name,
+                        "jobs": len(jobs),
+                        "onprem_gpus": gpus,
+                        "seconds": round(seconds, 2),
+                        "jobs_per_second": round(len(jobs) / seconds),
+                        "decisions": outcome.decisions,
+                        "ms_per_decision": round(1000 * seconds / max(outcome.decisions, 1), 2),
+                        "deadlines_met": round(outcome.deadlines_met, 4),
+                    }
+                ),
+                flush=True,
+            )
+        if len(chosen) > 1:
+            row = {"benchmark": "simulate", "trace": name, "policy": "all", "jobs": len(jobs)}
+            print(json.dumps({**row, "onprem_gpus": gpus, "seconds": round(total, 2)}), flush=True)
 
 
 if __name__ == "__main__":
