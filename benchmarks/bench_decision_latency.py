@@ -4,8 +4,7 @@ and from a pool being ready to all its jobs' copies being created.
 `burst sandbox up` in its own process is the on-prem cluster, another the cloud cluster. N
 suspended burstable Jobs with a deadline no on-prem GPU can meet are created (4 client threads);
 the reconcile pass runs wired and woken as `burst serve` runs it (by the watch, batched 1.5 s)
-against the simulated clouds (launches 60x faster than real, so that a pool is ready in seconds)
-and a SQLite database. For each job: the time from its create call returning to the end of the
+against the simulated clouds and a SQLite database. For each job: the time from its create call returning to the end of the
 pass that planned it (`p50_s`, `p99_s`); with `--copies`, for each job, the time from the end of
 the pass that saw its pool ready to the end of the pass that created its copy (`copy_p99_s`,
 `copy_max_s`: the last copy after its pool came up).
@@ -89,7 +88,9 @@ def run(url: str, remote_url: str | None, tmp: Path, jobs: int) -> None:
     sessions = database.sessions(engine)
     api = _client(url)
     remote = _client(remote_url) if remote_url else None
-    world = SimCloud(clock, settings=SimSettings(speed=60))
+    # With copies, launches 60x faster than real so that pools are ready in seconds; without,
+    # at real speed: no pool is ready while the decisions are measured (no cluster to copy to).
+    world = SimCloud(clock, settings=SimSettings(speed=60 if remote else 1))
     targets = cfg.service.spec.targets
     providers = {
         t.name: SimProvider(
