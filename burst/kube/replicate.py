@@ -244,6 +244,8 @@ class Replicator:
     ) -> DispatchResult:
         """Send one workload to `remote` (see the class). `namespace_made`: the caller has
         made sure of the remote namespace already (once for many dispatches)."""
+        from kubernetes.client.exceptions import ApiException
+
         meta = _meta(obj)
         t: Translation = translate(
             obj,
@@ -304,10 +306,21 @@ class Replicator:
         for kind, names in (("Secret", t.secrets), ("ConfigMap", t.config_maps)):
             for item in names:
                 self._copy(kind, meta["namespace"], item, remote, remote_namespace)
-        existing = remote.read(obj["kind"], remote_namespace, name)
-        if existing is None:
+        # Created at once (the usual case); one already there (a pass that died after creating
+        # it, or someone else's of that name) answers 409 and is read to tell which.
+        existing = None
+        try:
             remote.create(t.remote)
-        elif (_meta(existing).get("labels") or {}).get(ORIGIN_UID) != meta["uid"]:
+        except ApiException as exc:
+            existing = (
+                remote.read(obj["kind"], remote_namespace, name) if exc.status == 409 else None
+            )
+            if existing is None:
+                raise
+        if (
+            existing is not None
+            and (_meta(existing).get("labels") or {}).get(ORIGIN_UID) != meta["uid"]
+        ):
             if we_suspended:
                 self._suspend(obj, False)
             if queue:
