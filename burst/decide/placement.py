@@ -24,8 +24,8 @@ from burst.decide.candidates import (
     expected_run,
 )
 from burst.decide.caps import Caps, node_cost
-from burst.decide.pools import OpenPool, pool_name
-from burst.decide.reuse import EligiblePools, best_growth, best_reuse
+from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
+from burst.decide.reuse import best_growth, best_reuse
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.wording import at, usd
 from burst.model import CapacityType, Dispatch, OfferKey
@@ -52,11 +52,9 @@ class Placement:
             taken,
         )
         self.pools: list[OpenPool] = []
-        self.pools_by_policy: dict[str, list[OpenPool]] = defaultdict(list)
         self.pools_by_offer: dict[tuple[str, str, OfferKey], list[OpenPool]] = defaultdict(list)
         self.pools_of_policy: dict[str, int] = defaultdict(int)
-        # Per policy, per (GPU request, spot allowed): the open pools such a request may use.
-        self.eligible: dict[str, dict[tuple[str | None, bool], EligiblePools]] = defaultdict(dict)
+        self.policy_pools: defaultdict[str, PolicyPools] = defaultdict(lambda: PolicyPools(now))
         self.dispatches: list[Dispatch] = []
         self._spot_ok: dict[str, bool] = {}
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
@@ -81,11 +79,8 @@ class Placement:
         pool.seq = len(self.pools)
         pool.unavailable = pool.offer in self.unavailable
         self.pools.append(pool)
-        self.pools_by_policy[pool.policy].append(pool)
         self.pools_by_offer[(pool.policy, pool.target.name, pool.offer)].append(pool)
-        for eligible in self.eligible[pool.policy].values():
-            if eligible.admits(pool):
-                eligible.add(pool)
+        self.policy_pools[pool.policy].open(pool)
         return pool
 
     def place(self, want: Want) -> str | None:
@@ -214,18 +209,8 @@ class Placement:
         """The policy's open pools whose target, GPU and capacity type suit `want`: kept per
         (policy, GPU request, spot allowed) as pools open, for most workloads share these three."""
         policy = want.policy
-        of_policy = self.eligible[policy.metadata.name]
-        key = (want.w.accelerator, spot_ok)
-        found = of_policy.get(key)
-        if found is None:
-            allowed = frozenset(allowed_accelerators(policy, want.w.accelerator, self.catalog))
-            targets = frozenset(policy.spec.placement.targets)
-            found = EligiblePools(targets, allowed, spot_ok, self.now)
-            for pool in self.pools_by_policy[policy.metadata.name]:
-                if found.admits(pool):
-                    found.add(pool)
-            of_policy[key] = found
-        return found
+        of_policy = self.policy_pools[policy.metadata.name]
+        return of_policy.of_kind(policy, want.w.accelerator, spot_ok, self.catalog)
 
     def _grow_at_pool_limit(
         self, want: Want, eligible: EligiblePools, max_cost_usd: int | None

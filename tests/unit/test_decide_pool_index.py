@@ -25,7 +25,8 @@ from burst.config import Config
 from burst.decide import placement
 from burst.decide.candidates import expected_run
 from burst.decide.caps import node_cost
-from burst.decide.reuse import Choice, EligiblePools, share_cost
+from burst.decide.pools import EligiblePools
+from burst.decide.reuse import Choice, share_cost
 from burst.model import (
     BudgetView,
     Cloud,
