@@ -13,9 +13,16 @@ CPU time of the same plans (steadier on a busy machine); `us_per_workload` is th
 pending workload and `x_first_pools` its ratio to the same size with the first pool count.
 `peak_mib` is the peak of Python allocations during one plan (tracemalloc). Per workload the plan
 does a near-constant amount of work: offers are ranked once per workload shape, the on-prem queue
-is a heap per GPU product, and the open pools a workload may use are kept per (policy, GPU,
-spot allowed) cheapest first, in blocks that know their most free room, so a workload reads only
-pools that can fit it and stops once the next one would cost more than the best found.
+is a heap per GPU product, and the open pools a workload may use are kept per (policy, GPU, spot
+allowed) cheapest first, in blocks that know their most free room: a workload passes over blocks
+without the room it needs and stops once every pool still ahead would cost more than the best
+found. Before, it priced every such pool, and a workload took 4.5-6x as long at 1,000 pools as at
+200. What still grows with the pools: setting up the plan's pools, once per plan (it shows at 1k
+workloads), and the dispatches the extra room lets through.
+
+Figures from different machines differ: this benchmark's first version gave 0.39 s at 10k on an
+Intel Xeon VM, the same code about twice that on the AMD EPYC VM of the later tables, and the
+plan's CPU time on one machine stayed the same, within noise, through the commits in between.
 """
 
 from __future__ import annotations
