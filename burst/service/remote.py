@@ -58,7 +58,10 @@ class Outcomes:
     requeued: list[str] = field(default_factory=list)
 
 
-class RemoteSteps:
+class ClusterSteps:
+    """What the remote steps share: the clusters, each one's health, a dispatch's step isolated
+    from the others, and the collection of what no active dispatch backs."""
+
     def __init__(
         self,
         *,
@@ -88,6 +91,63 @@ class RemoteSteps:
         return found if found is not None else self.local.read(w.kind, w.namespace, w.name)
 
     # -- replicate --
+
+    def _isolated(self, s: Session, d: DispatchRow | Followed, step: str, work: Any) -> None:
+        """One dispatch's step in a savepoint: a cluster's refusal or silence fails it alone.
+        Its changes are committed with others (every COMMIT_EVERY, and at the end of the step's
+        loop): each step acts in the clusters before it records, so a pass that dies before the
+        commit leaves work the next pass finds done and records."""
+        try:
+            with s.begin_nested():
+                work()
+        except CLUSTER_ERRORS as exc:
+            self._failed(d.target, exc)
+            why = getattr(exc, "reason", None) or exc.__class__.__name__
+            log.warning("%s of dispatch %d on %s failed: %s", step, d.id, d.target, why)
+        else:
+            self.health.ok(d.target)
+        if self._changes >= COMMIT_EVERY:
+            s.commit()
+            self._changes = 0
+
+    def _failed(self, target: str, exc: BaseException) -> None:
+        """An unreachable or unavailable cluster counts against its grace; a refusal does not."""
+        if isinstance(exc, UNREACHABLE) or getattr(exc, "status", 0) in (0, 502, 503, 504):
+            self.health.failed(target)
+
+    # -- collect --
+
+    def collect(self, sessions: sessionmaker[Session]) -> list[str]:
+        """Remove from every remote cluster what no active dispatch backs; a target that does not
+        answer is skipped until the next round."""
+        with sessions() as s:
+            active: dict[str, set[tuple[str, str]]] = {t: set() for t in self.remotes}
+            for d in s.scalars(select(DispatchRow).where(DispatchRow.state.in_(ACTIVE))):
+                if d.state == "planned":  # its copy may exist already (a pass died after it)
+                    w = s.get(Workload, d.workload_id)
+                    assert w is not None
+                    mapping = self.targets[d.target].remote_namespace
+                    where = (
+                        mapping.format(namespace=w.namespace),
+                        remote_name(w.name, w.uid, d.attempt),
+                    )
+                else:
+                    where = (d.remote_namespace, d.remote_name)
+                active.setdefault(d.target, set()).add(where)
+        done = []
+        for target, remote in sorted(self.remotes.items()):
+            try:
+                done += [
+                    f"removed {target}/{x}"
+                    for x in self.syncer.collect_stale(remote, active[target])
+                ]
+            except CLUSTER_ERRORS as exc:
+                log.warning("collecting on %s: %s", target, exc.__class__.__name__)
+        return done
+
+
+class RemoteSteps(ClusterSteps):
+    """Replicate planned dispatches once their pools are ready; follow dispatched copies."""
 
     def dispatch_ready(self, s: Session, out: Outcomes) -> None:
         """Replicate every planned dispatch whose pool is ready; requeue those whose pool failed.
@@ -313,59 +373,6 @@ class RemoteSteps:
             extra={"workload": f"{w.namespace}/{w.name}", "reason": why},
         )
         self._changes += 1
-
-    def _isolated(self, s: Session, d: DispatchRow | Followed, step: str, work: Any) -> None:
-        """One dispatch's step in a savepoint: a cluster's refusal or silence fails it alone.
-        Its changes are committed with others (every COMMIT_EVERY, and at the end of the step's
-        loop): each step acts in the clusters before it records, so a pass that dies before the
-        commit leaves work the next pass finds done and records."""
-        try:
-            with s.begin_nested():
-                work()
-        except CLUSTER_ERRORS as exc:
-            self._failed(d.target, exc)
-            why = getattr(exc, "reason", None) or exc.__class__.__name__
-            log.warning("%s of dispatch %d on %s failed: %s", step, d.id, d.target, why)
-        else:
-            self.health.ok(d.target)
-        if self._changes >= COMMIT_EVERY:
-            s.commit()
-            self._changes = 0
-
-    def _failed(self, target: str, exc: BaseException) -> None:
-        """An unreachable or unavailable cluster counts against its grace; a refusal does not."""
-        if isinstance(exc, UNREACHABLE) or getattr(exc, "status", 0) in (0, 502, 503, 504):
-            self.health.failed(target)
-
-    # -- collect --
-
-    def collect(self, sessions: sessionmaker[Session]) -> list[str]:
-        """Remove from every remote cluster what no active dispatch backs; a target that does not
-        answer is skipped until the next round."""
-        with sessions() as s:
-            active: dict[str, set[tuple[str, str]]] = {t: set() for t in self.remotes}
-            for d in s.scalars(select(DispatchRow).where(DispatchRow.state.in_(ACTIVE))):
-                if d.state == "planned":  # its copy may exist already (a pass died after it)
-                    w = s.get(Workload, d.workload_id)
-                    assert w is not None
-                    mapping = self.targets[d.target].remote_namespace
-                    where = (
-                        mapping.format(namespace=w.namespace),
-                        remote_name(w.name, w.uid, d.attempt),
-                    )
-                else:
-                    where = (d.remote_namespace, d.remote_name)
-                active.setdefault(d.target, set()).add(where)
-        done = []
-        for target, remote in sorted(self.remotes.items()):
-            try:
-                done += [
-                    f"removed {target}/{x}"
-                    for x in self.syncer.collect_stale(remote, active[target])
-                ]
-            except CLUSTER_ERRORS as exc:
-                log.warning("collecting on %s: %s", target, exc.__class__.__name__)
-        return done
 
 
 def _joined(s: Session, state: str) -> list[tuple[DispatchRow, Workload, Pool]]:
