@@ -36,7 +36,7 @@ from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config, selector_matches
 from burst.decide.candidates import Candidates, allowed_accelerators, expected_run
 from burst.decide.caps import Budgets, Caps, PlanError, Rates
-from burst.decide.onprem import Estimate, QueueSweep, queue_order
+from burst.decide.onprem import QueueSweep, queue_order
 from burst.decide.placement import Placement
 from burst.decide.pools import OpenPool, pool_actions
 from burst.decide.triggers import Want, trigger, urgency
@@ -176,8 +176,6 @@ class _Planner:
         runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
         placed: set[str] = set()
-        # No trigger fired for these in their latest round: why not is worded once, at the end.
-        waiting: dict[str, tuple[Workload, BurstPolicy, Estimate]] = {}
         for _ in range(MAX_ROUNDS):
             sweep = QueueSweep(self.snapshot.onprem, self.now)
             wants: list[Want] = []
@@ -190,11 +188,13 @@ class _Planner:
                 if policy is None or w.uid in stays:
                     sweep.stay(w, est)
                     continue
-                why, _ = trigger(w, policy, est, sweep, self.now, False)
+                why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
                 if why is None:
                     sweep.stay(w, est)
                     if self.explain:
-                        waiting[w.uid] = (w, policy, est)
+                        self.skips[w.uid] = Skip(
+                            w.uid, w.namespace, w.name, why_not, onprem_finish=est.finish
+                        )
                     continue
                 sweep.leave()
                 wants.append(Want(w, policy, runtimes[w.uid], est, why, w.deadline))
@@ -204,7 +204,6 @@ class _Planner:
             for want in sorted(wants, key=lambda want: urgency(want, self.now)):
                 refusal = self.placement.place(want)
                 w = want.w
-                waiting.pop(w.uid, None)
                 if refusal is None:
                     placed.add(w.uid)
                     self.skips.pop(w.uid, None)
@@ -220,9 +219,6 @@ class _Planner:
                     )
             if not refused:
                 break  # the next round would see the same queue: those placed leave it either way
-        for uid, (w, policy, est) in waiting.items():
-            _, why_not = trigger(w, policy, est, sweep, self.now, True)
-            self.skips[uid] = Skip(uid, w.namespace, w.name, why_not, onprem_finish=est.finish)
         return Plan(
             tuple(
                 pool_actions(self.placement.pools, self.catalog)
