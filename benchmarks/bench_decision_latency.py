@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench_pass import job as burstable
 from kubernetes import client
 from sandbox_process import sandbox_process
 from sqlalchemy import select
@@ -156,7 +157,9 @@ def run(url: str, remote_url: str | None, tmp: Path, jobs: int) -> None:
     batch = client.BatchV1Api(api)
 
     def make(i: int) -> None:
-        job = batch.create_namespaced_job("default", _job(i), _preload_content=False)
+        job = batch.create_namespaced_job(
+            "default", burstable(f"job-{i:05d}"), _preload_content=False
+        )
         created[json.loads(job.data)["metadata"]["uid"]] = time.perf_counter()
 
     t0 = time.perf_counter()
@@ -208,31 +211,6 @@ def _quantiles(values: list[float]) -> list[float]:
     values = sorted(values) or [float("nan")]
     q = statistics.quantiles(values, n=100) if len(values) > 1 else values * 99
     return [round(x, 2) for x in [*q, values[-1]]]
-
-
-def _job(i: int) -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": f"job-{i:05d}",
-            "labels": {"burst.dev/burstable": "true"},
-            "annotations": {"burst.dev/deadline": "3h", "burst.dev/expected-runtime": "1h"},
-        },
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "t",
-                            "image": "registry.cern.ch/t:1",
-                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                        }
-                    ],
-                }
-            },
-        },
-    }
 
 
 if __name__ == "__main__":
