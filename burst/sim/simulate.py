@@ -59,14 +59,22 @@ class World(Views):
 
     def run(self, policy: Policy, progress: Callable[[float], None] | None = None) -> Outcome:
         """Replay every job to its end under `policy`; `progress` hears the share of arrivals."""
-        for i, job in enumerate(self.jobs):
-            self._at(job.spec.submit, "arrive", i)
+        # Jobs arrive in index order: each arrival is queued when the one before it is taken, so
+        # that the event queue holds what is pending rather than the whole trace. Arrival i keeps
+        # the sequence number i + 1, as if all had been queued first: ties break as they would.
         arrived, total = 0, len(self.jobs)
+        self._seq = total
+        if total:
+            heapq.heappush(self._events, (self.jobs[0].spec.submit, 1, "arrive", 0))
         while self._events:
             when, _, kind, payload = heapq.heappop(self._events)
             self.now = when
             if kind == "arrive":
                 assert isinstance(payload, int)
+                after = payload + 1
+                if after < total:
+                    submit = self.jobs[after].spec.submit
+                    heapq.heappush(self._events, (submit, after + 1, "arrive", after))
                 self._arrive(payload, policy)
                 arrived += 1
                 if progress and arrived % 1000 == 0:

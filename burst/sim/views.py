@@ -22,8 +22,9 @@ from burst.sim.clouds import CloudPools
 from burst.sim.state import Pool, WorldState, first_fit
 
 
-def pool_view(world: WorldState, pool: Pool) -> PoolView:
-    """The pool as the decision sees it now, built from its nodes and planned jobs."""
+def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> PoolView:
+    """The pool as the decision sees it now, built from its nodes and planned jobs (and from its
+    `last` view what never changes)."""
     free = [n.free for n in pool.alive]
     for i in pool.planned:  # planned work holds its room, as in the reconciler
         s = world.jobs[i].spec
@@ -37,10 +38,10 @@ def pool_view(world: WorldState, pool: Pool) -> PoolView:
         offer=pool.offer,
         nodes=len(free),
         state="ready" if pool.state == "ready" else "creating",
-        created=world.dt(pool.created),
+        created=last.created if last else world.dt(pool.created),
         free_gpus=tuple(free),
         idle_since=None if pool.idle_since is None else world.dt(pool.idle_since),
-        hourly=Money(pool.hourly_micros, "USD"),
+        hourly=last.hourly if last else Money(pool.hourly_micros, "USD"),
     )
 
 
@@ -110,7 +111,7 @@ class Views(CloudPools):
         for pool in self.stale:
             name = pool.name
             if self.pools.get(name) is pool:
-                view = self.views[name] = pool_view(self, pool)
+                view = self.views[name] = pool_view(self, pool, self.views[name])
                 if any(view.free_gpus):
                     self.roomy[name] = view
                 else:
