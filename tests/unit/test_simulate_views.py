@@ -1,10 +1,12 @@
 """views.py: the queue and pool views the replay keeps across decisions are, at every decision, what
-building them from scratch gives, on a window of Philly with clouds that refuse, fail and interrupt."""
+building them from scratch gives: on a window of Philly with clouds that refuse, fail and interrupt,
+and on a case worked out by hand where a pool changes by one event alone between two decisions."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import cache
 
 import pytest
 
@@ -38,6 +40,7 @@ STEADY = CloudModel(
 )
 
 
+@cache
 def philly(jobs: int) -> list[SimJob]:
     raw = trace.read(ROOT / "burst" / "data" / "traces" / "microsoft-philly-2017-public.csv")
     return trace.derive(
