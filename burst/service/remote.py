@@ -8,6 +8,9 @@ A copy that vanished without an outcome, or that sits Pending past STUCK_PENDING
 a stuck copy is deleted first (were it to start after the local job resumed, the job would run
 twice). The copies of a requeued workload and the Secrets and ConfigMaps burst copied are removed
 by `collect`, which the service runs on the orphan-GC schedule.
+
+Cost: the rows come in a few queries for all workloads, the copies from a watch (or one list) per
+cluster; only workloads that change are written, together, each in a savepoint.
 """
 
 from __future__ import annotations
