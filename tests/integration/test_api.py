@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,33 +25,41 @@ from tests.ledger_scenario import build_ledger
 TOKEN = "api-token-for-tests"
 
 
-@pytest.fixture(scope="module")
-def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path_factory.mktemp('api') / 'burst.db'}"
+@contextmanager
+def ledger_app(folder: Path) -> Iterator[Any]:
+    """The API over the test ledger, with one budget, answering with TOKEN."""
+    url = f"sqlite:///{folder / 'burst.db'}"
     build_ledger(url)
     engine = database.make_engine(url)
     budget = ledger.BudgetLimit(
         "cms-ml-monthly", "team", "cms-ml", Money.of("5000", "USD"), "month"
     )
-    app = create_app(
-        database.sessions(engine),
-        token=TOKEN,
-        budgets=[budget],
-        now=lambda: datetime(2026, 11, 20, tzinfo=UTC),
-    )
-    with socket.socket() as s:
+    try:
+        yield create_app(
+            database.sessions(engine),
+            token=TOKEN,
+            budgets=[budget],
+            now=lambda: datetime(2026, 11, 20, tzinfo=UTC),
+        )
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with ledger_app(tmp_path_factory.mktemp("api")) as app, socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
-    engine.dispose()
+        s.close()
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+        server.should_exit = True
+        thread.join(5)
 
 
 def get(url: str, path: str, token: str | None = TOKEN) -> Any:

@@ -5,38 +5,19 @@ and nothing is served without the token."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from burst.amounts import Money
-from burst.money import ledger
-from burst.service.api import create_app
-from burst.store import database
-from tests.ledger_scenario import build_ledger
-
-TOKEN = "api-token-for-fuzzing"
+from tests.integration.test_api import TOKEN, ledger_app
 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    url = f"sqlite:///{Path(tmp_path_factory.mktemp('fuzz')) / 'burst.db'}"
-    build_ledger(url)
-    engine = database.make_engine(url)
-    budget = ledger.BudgetLimit(
-        "cms-ml-monthly", "team", "cms-ml", Money.of("5000", "USD"), "month"
-    )
-    yield create_app(
-        database.sessions(engine),
-        token=TOKEN,
-        budgets=[budget],
-        now=lambda: datetime(2026, 11, 20, tzinfo=UTC),
-    )
-    engine.dispose()
+    with ledger_app(tmp_path_factory.mktemp("fuzz")) as made:
+        yield made
 
 
 def operations(app: Any) -> list[Any]:
