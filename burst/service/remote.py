@@ -15,6 +15,7 @@ cluster; only workloads that change are written, together, each in a savepoint.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -95,13 +96,17 @@ class ClusterSteps:
 
     # -- replicate --
 
-    def _isolated(self, s: Session, d: DispatchRow | Followed, step: str, work: Any) -> None:
+    def _isolated(
+        self, s: Session, d: DispatchRow | Followed, step: str, work: Any, nested: bool = True
+    ) -> None:
         """One dispatch's step in a savepoint: a cluster's refusal or silence fails it alone.
         Its changes are committed with others (every COMMIT_EVERY, and at the end of the step's
         loop): each step acts in the clusters before it records, so a pass that dies before the
-        commit leaves work the next pass finds done and records."""
+        commit leaves work the next pass finds done and records. A step that records only after
+        all its cluster calls returned (`nested=False`) has nothing to undo and needs no
+        savepoint (each one flushes the session: a thousand of them took seconds)."""
         try:
-            with s.begin_nested():
+            with s.begin_nested() if nested else contextlib.nullcontext():
                 work()
         except CLUSTER_ERRORS as exc:
             self._failed(d.target, exc)
@@ -180,7 +185,11 @@ class RemoteSteps(ClusterSteps):
             ]
             for d, w, call in calls:
                 self._isolated(
-                    s, d, "dispatch", lambda d=d, w=w, c=call: self._record(s, d, w, c, out)
+                    s,
+                    d,
+                    "dispatch",
+                    lambda d=d, w=w, c=call: self._record(s, d, w, c, out),
+                    nested=False,
                 )
         finally:  # a pass that dies (a crash, a fenced commit) starts no further dispatch
             threads.shutdown(wait=True, cancel_futures=True)
