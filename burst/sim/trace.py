@@ -63,6 +63,11 @@ class SimJob:
     team: str
 
 
+# Beyond these a row is a corrupt or hostile file, not a job: a replay of it would run for ever.
+TEN_YEARS_S = 10 * 365 * 24 * 3600  # a trace spans months; no job runs for years
+MOST_GPUS = 100_000  # more than any one cluster has
+
+
 def read(path: Path) -> list[TraceJob]:
     """The rows of a trace CSV, sorted by submit time (then id), with clear errors."""
     try:
@@ -82,22 +87,22 @@ def read(path: Path) -> list[TraceJob]:
 
 
 def _row(path: Path, line: int, row: dict[str, str]) -> TraceJob:
-    def number(column: str, least: int) -> int:
+    def number(column: str, least: int, most: int) -> int:
         text = (row.get(column) or "").strip()
         try:
             value = int(float(text))
-        except ValueError:
+        except (ValueError, OverflowError):  # "ten", "nan", "inf"
             raise TraceError(f"{path}:{line}: {column}: not a number: {text!r}") from None
-        if value < least:
-            raise TraceError(f"{path}:{line}: {column}: {value} is less than {least}")
+        if not least <= value <= most:
+            raise TraceError(f"{path}:{line}: {column}: {value} is not within {least}..{most}")
         return value
 
     owner = (row.get("user") or row.get("queue") or "").strip() or row["job_id"]
     return TraceJob(
         row["job_id"],
-        number("submit_time", 0),
-        number("duration_s", 1),
-        number("gpus", 1),  # fractional GPUs (gpu_milli) are whole GPUs here
+        number("submit_time", 0, TEN_YEARS_S),
+        number("duration_s", 1, TEN_YEARS_S),
+        number("gpus", 1, MOST_GPUS),  # fractional GPUs (gpu_milli) are whole GPUs here
         owner,
     )
 

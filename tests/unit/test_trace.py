@@ -24,6 +24,16 @@ def test_bad_rows_name_file_line_and_column(tmp_path: Path) -> None:
     bad.write_text("job_id,submit_time,duration_s,gpus\na,0,10,1\nb,5,ten,1\n")
     with pytest.raises(trace.TraceError, match=r"t\.csv:3: duration_s: not a number: 'ten'"):
         trace.read(bad)
+    # Absurd times and sizes are refused by name, not replayed for ever.
+    for row, message in (
+        ("a,0,inf,1", r"t\.csv:2: duration_s: not a number: 'inf'"),
+        ("a,1e30,10,1", r"t\.csv:2: submit_time: 1000000000000000019884624838656 is not within"),
+        ("a,0,10,1000000", r"t\.csv:2: gpus: 1000000 is not within 1\.\.100000"),
+        ("a,0,0,1", r"t\.csv:2: duration_s: 0 is not within 1\.\."),
+    ):
+        bad.write_text(f"job_id,submit_time,duration_s,gpus\n{row}\n")
+        with pytest.raises(trace.TraceError, match=message):
+            trace.read(bad)
     bad.write_text("job_id,submit_time,gpus\na,0,1\n")
     with pytest.raises(trace.TraceError, match=r"missing column.*duration_s"):
         trace.read(bad)
