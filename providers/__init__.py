@@ -8,6 +8,7 @@ load them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from burst.clock import Clock
@@ -34,6 +35,7 @@ def build(
         return list(catalog)
 
     built: dict[str, Provider] = {}
+    worlds: dict[Path, SimCloud] = {}
     for target in service.spec.targets:
         if target.provider == "aws":
             from providers.aws import AwsProvider
@@ -75,9 +77,14 @@ def build(
         else:
             from providers.sim import SimCloud, SimProvider
 
-            sim = sim or SimCloud(clock)
+            assert target.sim is not None
+            state = Path(target.sim.state_file) if target.sim.state_file else None
+            if state is not None:  # the world of that file, shared by the targets naming it
+                world = worlds.setdefault(state, SimCloud(clock, state=state))
+            else:
+                world = sim = sim or SimCloud(clock)
             built[target.name] = SimProvider(
-                sim,
+                world,
                 target=target.name,
                 cloud=target.cloud,
                 region=target.region,

@@ -2,6 +2,11 @@
 capacity, and lose spot nodes, all on a Clock and reproducible from a seed.
 
 `burst demo` and the policy simulator burst into it; the tests drive it with a FakeClock. Given a
+state file, the world lives in that file rather than in the process, as a real cloud outlives the
+service that calls it: `burst serve` replicas that are killed and restarted find their pools
+again, and the soak harness (tests/soak) reads the pools, their nodes' lifetimes and what was
+deleted, and sets the faults the cloud shows (failed launches, capacity refusals, throttling,
+slow launches, spot interruptions) in the same file. Given a
 Kubernetes API client for a (sandbox) cluster, it registers each pool's nodes there when they
 become ready, with the labels, taints and GPU capacity a real node would have, and removes them
 when the pool shrinks, is deleted, or a spot node is interrupted. It talks to that cluster only
@@ -10,12 +15,17 @@ through the Kubernetes API.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import math
+import os
 import random
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from burst.clock import Clock
@@ -26,6 +36,7 @@ from burst.cloud.provider import (
     PoolNotFound,
     PoolPhase,
     PoolSpec,
+    Throttled,
 )
 from burst.kube.nodes import gpu_node_manifest
 from burst.model import GPU_PRODUCTS, TAG_OWNER, Cloud, Offer, OfferKey
@@ -63,11 +74,24 @@ class SimSettings:
 
 
 @dataclass
+class Faults:
+    """What the cloud does wrong for a while, set by a test harness in the state file."""
+
+    capacity_refused_until: datetime | None = None  # every launch and growth refused
+    throttled_until: datetime | None = None  # every call answered 429
+    retry_after_s: float = 2.0
+    slow_until: datetime | None = None  # launches take `slow_factor` times as long
+    slow_factor: float = 1.0
+
+
+@dataclass
 class _Node:
     name: str
     ready_at: datetime
     interrupt_at: datetime | None
     registered: bool = False
+    launched: datetime | None = None  # billed from here
+    ended: datetime | None = None  # to here (removed, interrupted or deleted with its pool)
 
 
 @dataclass
@@ -80,23 +104,69 @@ class _Pool:
     fails_at: datetime | None
     deleted: bool = False
     serial: int = 0
+    gone: list[_Node] = field(default_factory=list)  # nodes removed, kept for their bills
+    deleted_by: str = ""  # "burst", or who else deleted it
 
 
 class SimCloud:
     """The simulated world behind every sim target: one clock, one random stream, all pools."""
 
-    def __init__(self, clock: Clock, seed: int = 0, settings: SimSettings | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        seed: int = 0,
+        settings: SimSettings | None = None,
+        state: Path | None = None,
+    ) -> None:
         self.clock = clock
         self.settings = settings or SimSettings()
+        self.faults = Faults()
         self._rng = random.Random(seed)  # noqa: S311 (simulation, not security)
         self._pools: dict[tuple[str, str], _Pool] = {}
         self._lock = threading.RLock()
         self.interruptions = 0
+        self.state = state
+        self._inside = False  # within shared(): the file is locked and loaded already
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """The world, read from its state file (if any) and written back, under a file lock
+        that other processes on the same file take too."""
+        with self._lock:
+            if self.state is None or self._inside:
+                yield
+                return
+            self._inside = True
+            with open(f"{self.state}.lock", "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                from providers import sim_state
+
+                if self.state.exists():
+                    sim_state.load(self, json.loads(self.state.read_text()))
+                try:
+                    yield
+                finally:
+                    tmp = self.state.with_name(self.state.name + ".tmp")
+                    tmp.write_text(json.dumps(sim_state.dump(self)))
+                    os.replace(tmp, self.state)  # readers see the old state or the new one
+                    self._inside = False
 
     def _delay(self, cloud: Cloud) -> timedelta:
-        return timedelta(
-            seconds=self.settings.latency[cloud].sample(self._rng) / self.settings.speed
-        )
+        seconds = self.settings.latency[cloud].sample(self._rng) / self.settings.speed
+        slow = self.faults.slow_until
+        if slow is not None and self.clock.now() < slow:
+            seconds *= self.faults.slow_factor
+        return timedelta(seconds=seconds)
+
+    def _misbehave(self, growth: bool, what: str) -> None:
+        """Raise what the harness set the cloud to answer now, if anything."""
+        now = self.clock.now()
+        throttled = self.faults.throttled_until
+        if throttled is not None and now < throttled:
+            raise Throttled("Rate exceeded (simulated)", retry_after=self.faults.retry_after_s)
+        refused = self.faults.capacity_refused_until
+        if growth and refused is not None and now < refused:
+            raise CapacityUnavailable(f"no capacity for {what} (simulated outage)")
 
     def _interrupt_at(self, offer: OfferKey, ready_at: datetime) -> datetime | None:
         rate = self.settings.spot_interruptions_per_hour
@@ -110,11 +180,17 @@ class SimCloud:
             f"{pool.spec.name}-{pool.serial}",
             ready_at,
             self._interrupt_at(pool.spec.offer, ready_at),
+            launched=self.clock.now(),
         )
+
+    def _end(self, pool: _Pool, node: _Node) -> None:
+        node.ended = self.clock.now()
+        pool.gone.append(node)
 
     def pools_created(self) -> int:
         """Pools ever created (a repeated create with the same token is the same pool)."""
-        return len(self._pools)
+        with self.shared():
+            return len(self._pools)
 
     def nodes_in_use(self, offer: OfferKey) -> int:
         return sum(
@@ -152,6 +228,7 @@ class SimProvider:
         for i, node in enumerate(list(pool.nodes)):
             if node.interrupt_at is not None and node.interrupt_at <= now:
                 self._deregister(node)
+                self.world._end(pool, node)
                 self.world.interruptions += 1
                 pool.nodes[i] = self.world._new_node(pool, now + self.world._delay(self.cloud))
         if pool.fails_at is None:
@@ -193,12 +270,13 @@ class SimProvider:
     # -- Provider --
 
     def create_pool(self, spec: PoolSpec, token: str) -> Pool:
-        with self.world._lock:
+        with self.world.shared():
             existing = self.world._pools.get((self.target, spec.name))
             if existing is not None and not existing.deleted:
                 if existing.tags.get(TAG_OWNER) != spec.owner:
                     raise InvalidRequest(f"a pool named {spec.name} exists and is not burst's")
                 return self._to_pool(existing)
+            self.world._misbehave(True, f"{spec.nodes} {spec.offer.instance_type}")
             limit = self.world.settings.capacity.get(spec.offer)
             if limit is not None and self.world.nodes_in_use(spec.offer) + spec.nodes > limit:
                 raise CapacityUnavailable(
@@ -216,16 +294,20 @@ class SimProvider:
             return self._to_pool(pool)
 
     def get_pool(self, name: str) -> Pool:
-        with self.world._lock:
+        with self.world.shared():
+            self.world._misbehave(False, "")
             return self._to_pool(self._find(name))
 
     def resize_pool(self, name: str, nodes: int) -> Pool:
-        with self.world._lock:
+        with self.world.shared():
             pool = self._find(name)
             now = self.world.clock.now()
-            while len(pool.nodes) > nodes:
-                self._deregister(pool.nodes.pop())
             growth = nodes - len(pool.nodes)
+            self.world._misbehave(growth > 0, f"{growth} more {pool.spec.offer.instance_type}")
+            while len(pool.nodes) > nodes:
+                node = pool.nodes.pop()
+                self._deregister(node)
+                self.world._end(pool, node)
             limit = self.world.settings.capacity.get(pool.spec.offer)
             if (
                 growth > 0
@@ -239,20 +321,25 @@ class SimProvider:
                 pool.nodes.append(self.world._new_node(pool, now + self.world._delay(self.cloud)))
             return self._to_pool(pool)
 
-    def delete_pool(self, name: str) -> None:
-        with self.world._lock:
+    def delete_pool(self, name: str, by: str = "burst") -> None:
+        """Delete a pool; `by` someone other than burst for a deletion out of band."""
+        with self.world.shared():
+            self.world._misbehave(False, "")
             pool = self.world._pools.get((self.target, name))
             if pool is None or pool.deleted:
                 return
             for node in pool.nodes:
                 self._deregister(node)
-            pool.deleted = True
+                self.world._end(pool, node)
+            pool.nodes = []
+            pool.deleted, pool.deleted_by = True, by
 
     def cluster_state(self) -> tuple[bool, str]:
         return True, f"simulated {self.cloud} cluster in {self.region}"
 
     def list_pools(self, owner: str) -> list[Pool]:
-        with self.world._lock:
+        with self.world.shared():
+            self.world._misbehave(False, "")
             return [
                 self._to_pool(p)
                 for (target, _), p in sorted(self.world._pools.items())
@@ -266,9 +353,15 @@ class SimProvider:
         if self._kube is None:
             return
         from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
 
         manifest = node_manifest(pool.spec, node.name, self.cloud, self.region)
-        client.CoreV1Api(self._kube).create_node(client.V1Node.model_validate(manifest))
+        try:
+            body: Any = manifest
+            client.CoreV1Api(self._kube).create_node(body, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:  # registered by a process killed before it wrote so down
+                raise
 
     def _deregister(self, node: _Node) -> None:
         if not node.registered:

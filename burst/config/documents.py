@@ -177,6 +177,9 @@ class SimCluster(Strict):
 
     cloud: Cloud
     cluster: str = "remote"
+    # Where the simulated cloud keeps its pools, so that they outlive the service process as a
+    # real cloud's do (the soak harness sets its faults there too); unset: in the process.
+    state_file: str | None = None
 
 
 class TargetSpec(Strict):
