@@ -127,6 +127,7 @@ class SimCloud:
         self.interruptions = 0
         self.state = state
         self._inside = False  # within shared(): the file is locked and loaded already
+        self.stale_nodes: list[str] = []  # Nodes of gone instances the cluster still lists
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[None]:
@@ -225,6 +226,8 @@ class SimProvider:
     def _advance(self, pool: _Pool) -> None:
         """Interrupt spot nodes whose time came (a replacement boots) and sync the cluster."""
         now = self.world.clock.now()
+        if self.world.stale_nodes and self._kube is not None:
+            self._forget_stale()
         for i, node in enumerate(list(pool.nodes)):
             if node.interrupt_at is not None and node.interrupt_at <= now:
                 self._deregister(node)
@@ -349,34 +352,47 @@ class SimProvider:
     # -- the target's Kubernetes cluster --
 
     def _register(self, pool: _Pool, node: _Node) -> None:
-        node.registered = True
+        """The node joins the cluster; one that cannot reach it yet joins on a later look, as a
+        kubelet keeps trying."""
         if self._kube is None:
+            node.registered = True
             return
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        manifest = node_manifest(pool.spec, node.name, self.cloud, self.region)
+        manifest: Any = node_manifest(pool.spec, node.name, self.cloud, self.region)
         try:
-            body: Any = manifest
-            client.CoreV1Api(self._kube).create_node(body, _preload_content=False)
+            client.CoreV1Api(self._kube).create_node(manifest, _preload_content=False)
         except ApiException as exc:
-            if exc.status != 409:  # registered by a process killed before it wrote so down
-                raise
+            if exc.status != 409:  # 409: registered by a process killed before it wrote so
+                return
+        except OSError:  # urllib3's connection errors included
+            return
+        node.registered = True
 
     def _deregister(self, node: _Node) -> None:
+        """The node leaves the cluster; if the cluster cannot be told now, it is told later (as
+        the cloud's node lifecycle controller removes the Node of a gone instance)."""
         if not node.registered:
             return
         node.registered = False
-        if self._kube is None:
-            return
+        if self._kube is not None:
+            self.world.stale_nodes.append(node.name)
+            self._forget_stale()
+
+    def _forget_stale(self) -> None:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        try:
-            client.CoreV1Api(self._kube).delete_node(node.name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        for name in list(self.world.stale_nodes):
+            try:
+                client.CoreV1Api(self._kube).delete_node(name, _preload_content=False)
+            except ApiException as exc:
+                if exc.status != 404:
+                    return
+            except OSError:
+                return
+            self.world.stale_nodes.remove(name)
 
 
 # The taints each managed service puts on its GPU and spot nodes itself, whatever burst asks for:

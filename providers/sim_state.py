@@ -58,6 +58,7 @@ def dump(world: SimCloud) -> dict[str, Any]:
     return {
         "rng": _rng_state(world._rng),
         "interruptions": world.interruptions,
+        "stale_nodes": world.stale_nodes,
         "settings": {
             "speed": settings.speed,
             "failure_rate": settings.failure_rate,
@@ -78,6 +79,7 @@ def load(world: SimCloud, state: dict[str, Any]) -> None:
         version, internal, gauss = state["rng"]
         world._rng.setstate((version, tuple(internal), gauss))
     world.interruptions = state.get("interruptions", 0)
+    world.stale_nodes = list(state.get("stale_nodes") or [])
     for key, value in (state.get("settings") or {}).items():
         setattr(world.settings, key, value)
     faults: dict[str, Any] = {

@@ -247,6 +247,15 @@ class Intervals(Strict):
     price_refresh: Duration = timedelta(hours=6)
 
 
+class Graces(Strict):
+    # A remote cluster that has not answered for this long is lost: its workloads go back to
+    # the on-prem queue.
+    remote_cluster: Duration = timedelta(minutes=10)
+    # A pool in a cloud with this installation's tag but no row (a create whose row was lost) is
+    # deleted once seen for this long.
+    orphan_pool: Duration = timedelta(minutes=10)
+
+
 class ApiSpec(Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
@@ -299,6 +308,7 @@ class ServiceSpec(Strict):
     team_label: str = "burst.dev/team"
     targets: list[TargetSpec] = []
     intervals: Intervals = Intervals()
+    graces: Graces = Graces()
     api: ApiSpec = ApiSpec()
     leader_election: LeaderElection = LeaderElection()
     catalog: CatalogOverrides = CatalogOverrides()

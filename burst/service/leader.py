@@ -76,7 +76,11 @@ class Service:
         scheduler.add_job(
             self._guarded,
             "interval",
-            args=[reconciler.teardown.collect_orphans],
+            args=[
+                lambda: reconciler.teardown.collect_orphans(
+                    self.cfg.service.spec.graces.orphan_pool
+                )
+            ],
             seconds=intervals.orphan_gc.total_seconds(),
             id="orphan-gc",
         )

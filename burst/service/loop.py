@@ -25,7 +25,7 @@ from burst.config import Config
 from burst.kube.copies import RemoteCopies
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects, Replicator
-from burst.kube.sync import Syncer
+from burst.kube.sync import RemoteHealth, Syncer
 from burst.metrics import DECISION_SECONDS, PASS_SECONDS, PASS_STATEMENTS, QUEUE
 from burst.model import (
     Action,
@@ -95,6 +95,7 @@ class Reconciler:
             syncer=syncer,
             cached=observer.object,
             mirrors=mirrors,
+            health=RemoteHealth(clock, self.service.graces.remote_cluster),
         )
         self.intents = Intents(
             config=config, clock=clock, budgets=self.budgets, epoch=lambda: provisioner.epoch
