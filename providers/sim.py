@@ -92,6 +92,7 @@ class _Node:
     registered: bool = False
     launched: datetime | None = None  # billed from here
     ended: datetime | None = None  # to here (removed, interrupted or deleted with its pool)
+    ended_by: str = ""  # "shrunk", "interrupted", or who deleted its pool
 
 
 @dataclass
@@ -152,6 +153,12 @@ class SimCloud:
                     os.replace(tmp, self.state)  # readers see the old state or the new one
                     self._inside = False
 
+    def set_faults(self, **faults: Any) -> None:
+        """Change what the cloud does wrong (Faults' fields, SimSettings' numbers), from now."""
+        with self.shared():
+            for key, value in faults.items():
+                setattr(self.faults if hasattr(self.faults, key) else self.settings, key, value)
+
     def _delay(self, cloud: Cloud) -> timedelta:
         seconds = self.settings.latency[cloud].sample(self._rng) / self.settings.speed
         slow = self.faults.slow_until
@@ -184,8 +191,8 @@ class SimCloud:
             launched=self.clock.now(),
         )
 
-    def _end(self, pool: _Pool, node: _Node) -> None:
-        node.ended = self.clock.now()
+    def _end(self, pool: _Pool, node: _Node, why: str) -> None:
+        node.ended, node.ended_by = self.clock.now(), why
         pool.gone.append(node)
 
     def pools_created(self) -> int:
@@ -231,7 +238,7 @@ class SimProvider:
         for i, node in enumerate(list(pool.nodes)):
             if node.interrupt_at is not None and node.interrupt_at <= now:
                 self._deregister(node)
-                self.world._end(pool, node)
+                self.world._end(pool, node, "interrupted")
                 self.world.interruptions += 1
                 pool.nodes[i] = self.world._new_node(pool, now + self.world._delay(self.cloud))
         if pool.fails_at is None:
@@ -310,7 +317,7 @@ class SimProvider:
             while len(pool.nodes) > nodes:
                 node = pool.nodes.pop()
                 self._deregister(node)
-                self.world._end(pool, node)
+                self.world._end(pool, node, "shrunk")
             limit = self.world.settings.capacity.get(pool.spec.offer)
             if (
                 growth > 0
@@ -333,9 +340,21 @@ class SimProvider:
                 return
             for node in pool.nodes:
                 self._deregister(node)
-                self.world._end(pool, node)
+                self.world._end(pool, node, by)
             pool.nodes = []
             pool.deleted, pool.deleted_by = True, by
+
+    def interrupt(self, name: str) -> bool:
+        """Reclaim one of a spot pool's ready nodes now (a replacement boots); False if none."""
+        with self.world.shared():
+            pool = self._find(name)
+            now = self.world.clock.now()
+            for node in pool.nodes:
+                if pool.spec.offer.capacity == "spot" and node.ready_at <= now:
+                    node.interrupt_at = now
+                    self._advance(pool)
+                    return True
+            return False
 
     def cluster_state(self) -> tuple[bool, str]:
         return True, f"simulated {self.cloud} cluster in {self.region}"

@@ -2,24 +2,27 @@
 
 The watch (malformed annotations), replication (refusals, dispatch) and sync (remote progress)
 steps record through an EventRecorder. The same (object, reason, message) is recorded once, so a
-loop that looks again every few seconds does not flood the namespace.
+loop that looks again every few seconds does not flood the namespace; the last REMEMBERED are
+remembered, so that a service running for months does not grow with every Event it sent.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from burst.clock import Clock
 
 COMPONENT = "burst"
+REMEMBERED = 50_000
 
 
 class EventRecorder:
     def __init__(self, api_client: Any, clock: Clock, component: str = COMPONENT) -> None:
         self._api, self._clock, self._component = api_client, clock, component
-        self._seen: set[tuple[str, str, str]] = set()
+        self._seen: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._lock = threading.Lock()
 
     def record(
@@ -32,8 +35,11 @@ class EventRecorder:
         key = (str(meta.get("uid")), reason, message)
         with self._lock:
             if key in self._seen:
+                self._seen.move_to_end(key)
                 return False
-            self._seen.add(key)
+            self._seen[key] = None
+            if len(self._seen) > REMEMBERED:
+                self._seen.popitem(last=False)
         now = self._clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         body: Any = {
             "metadata": {"generateName": f"{meta.get('name', 'burst')}."},

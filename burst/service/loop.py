@@ -40,7 +40,7 @@ from burst.model import (
 from burst.money import ledger
 from burst.service import logs
 from burst.service.intents import Intents
-from burst.service.remote import Outcomes, RemoteSteps
+from burst.service.remote import CLUSTER_ERRORS, Outcomes, RemoteSteps
 from burst.service.teardown import Teardown
 from burst.store import database
 from burst.store.tables import Dispatch as DispatchRow
@@ -211,19 +211,27 @@ class Reconciler:
         return plan
 
     def _log_skips(self, plan: Plan) -> None:
-        """Why each burstable workload stays on-prem, logged when the kind of reason first
-        appears or changes (a refusal, a budget, a cap), not on every pass: the words before the
-        first colon, since the rest carries estimates that move each pass."""
+        """Why each burstable workload stays on-prem, logged and recorded as an Event on the job
+        when the kind of reason first appears or changes (a refusal, a budget, a cap), not on
+        every pass: the words before the first colon, since the rest carries estimates that move
+        each pass. An Event that cannot be sent now is tried again next pass."""
         reasons = {k.workload: k.reason.split(":", 1)[0] for k in plan.skips}
         for k in plan.skips:
-            if self.skipped.get(k.workload) != reasons[k.workload]:
-                log.info(
-                    "not bursting %s/%s: %s",
-                    k.namespace,
-                    k.name,
-                    k.reason,
-                    extra={"workload": f"{k.namespace}/{k.name}", "reason": k.reason},
-                )
+            if self.skipped.get(k.workload) == reasons[k.workload]:
+                continue
+            log.info(
+                "not bursting %s/%s: %s",
+                k.namespace,
+                k.name,
+                k.reason,
+                extra={"workload": f"{k.namespace}/{k.name}", "reason": k.reason},
+            )
+            obj = self.observer.object(k.workload)
+            try:
+                if obj is not None:
+                    self.replicator.events.record(obj, "Normal", "NotBursting", k.reason)
+            except CLUSTER_ERRORS:
+                del reasons[k.workload]
         self.skipped = reasons
 
     def _act(self, s: Session, plan: Plan) -> list[str]:

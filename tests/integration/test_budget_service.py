@@ -112,6 +112,13 @@ def test_a_hard_budget_holds_over_many_passes(
             and "budget" in getattr(r, "reason", "")
         ]
         assert stops and len(stops) < 20, [r.getMessage() for r in stops]
+        # ... and shown on the job itself, where its owner looks (kubectl describe).
+        told = [
+            e
+            for e in local.core.list_namespaced_event("cms-ml").items
+            if e.reason == "NotBursting" and "budget" in e.message
+        ]
+        assert told and len(told) < 20, [e.message for e in told]
         with sessions() as s:
             states = sorted(w.state for w in s.scalars(select(Workload)))
             entries = list(s.scalars(select(LedgerEntry)))
