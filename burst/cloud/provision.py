@@ -65,6 +65,11 @@ def _event(
         extra={"pool": pool.name, "target": pool.target, "state": to, "reason": reason},
     )
     pool.state, pool.nodes_desired, pool.updated_at = to, nodes, at
+    if to == "failed" and pool.deleted_at is None:
+        # Its instances are billed from their launch until the cloud is asked to let them go:
+        # now (a launch that failed or timed out is deleted at once; a pool the cloud lost was
+        # gone by now). The meter charges it to here.
+        pool.deleted_at = at
     if reason:
         pool.state_reason = reason
 
@@ -105,6 +110,8 @@ class Provisioner:
         # Per target: how long a pool may take to be ready before it counts as failed.
         self.launch_timeouts = dict(launch_timeouts or {})
         self._restored = False
+        # Pools that failed after their launch, for the caller to meter: their nodes were billed.
+        self.failed: list[Pool] = []
 
     def call(self, target: str, operation: str, *args: Any) -> Any:
         """A provider call, timed and counted by outcome (ok, or the error's type)."""
@@ -231,6 +238,7 @@ class Provisioner:
                     "the cloud lost the pool",
                     self.epoch,
                 )
+                self.failed.append(row)
                 continue
             except ProviderError as exc:
                 log.warning("pool %s: %s", row.name, exc.message)
@@ -259,6 +267,7 @@ class Provisioner:
             # pool running with errors may still hold billed nodes. Orphan collection retries.
             self.backoffs.mark(session, self.spec(row).offer)
             _event(session, row, "failed", pool.nodes, now, reason, self.epoch)
+            self.failed.append(row)
             try:
                 self.call(row.target, "delete_pool", row.name)
             except ProviderError as exc:

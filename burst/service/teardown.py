@@ -27,6 +27,7 @@ from burst.money.meter import PoolHistory, Use, meter
 from burst.store.tables import BudgetReservation, Pool, PoolEvent, Workload
 from burst.store.tables import Dispatch as DispatchRow
 
+HOUR = timedelta(hours=1)
 log = logging.getLogger(__name__)
 ACTIVE = ("planned", "dispatched")
 LIVE_STATES = ("creating", "ready", "resizing", "draining")
@@ -130,7 +131,14 @@ class Teardown:
         reservations whose dispatch has ended and whose hours are all charged."""
         hour = self.clock.now().replace(minute=0, second=0, microsecond=0)
         if self._metered_to != hour:
-            for row in s.scalars(select(Pool).where(Pool.state.in_(LIVE_STATES))).all():
+            # Failed pools too, whose billing tail may still be open (metered when they failed,
+            # unless the process died first).
+            for row in s.scalars(
+                select(Pool).where(
+                    Pool.state.in_(LIVE_STATES)
+                    | ((Pool.state == "failed") & (Pool.deleted_at >= hour - 2 * HOUR))
+                )
+            ).all():
                 self.meter_pool(s, row)
             self._metered_to = hour
         held = s.execute(

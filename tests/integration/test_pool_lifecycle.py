@@ -4,7 +4,8 @@ finishes, the new one runs."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ from burst.cloud import catalog
 from burst.demo.scenario import job_manifest
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects
+from burst.model import OfferKey
+from burst.money.meter import BILLING
 from burst.sandbox import Sandbox
 from burst.store import database
-from burst.store.tables import Pool, Workload
+from burst.store.tables import LedgerEntry, Pool, Workload
 from providers.sim import SimCloud, SimProvider, SimSettings
 from tests.conftest import ROOT, wait_for
 
@@ -116,4 +119,68 @@ def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
     finally:
         observer.stop()
         cluster.stop()
+        engine.dispose()
+
+
+def test_a_pool_that_never_came_up_is_charged_for_its_nodes_until_let_go(
+    kube: Any, tmp_path: Path
+) -> None:
+    """Clouds bill a failed launch's instances from their launch until they are deleted (EC2 bills
+    an instance from its start whether or not it joins the cluster). A pool that failed was deleted
+    in the cloud and never metered: the ledger said 0 where the bill said minutes of nodes."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    state = tmp_path / "cloud.json"  # the cloud's own record of its nodes' lifetimes
+    world = SimCloud(clock, settings=SimSettings(failure_rate=1.0), state=state)
+    provider = SimProvider(
+        world, target="sim-aws", cloud="aws", region="eu-central-1", offers=lambda: list(SHIPPED)
+    )
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    sessions = database.sessions(engine)
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    job = job_manifest("doomed", 2, deadline="4h", seconds=3600)
+    local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler_for(
+            cfg, SHIPPED, clock, sessions, observer, kube, {}, {"sim-aws": provider}
+        )
+
+        def failed() -> list[Pool]:
+            with sessions() as s:
+                return list(s.scalars(select(Pool).where(Pool.state == "failed")))
+
+        def once() -> Any:
+            clock.advance(timedelta(seconds=20))
+            loop.run_once()
+            return failed()
+
+        (pool,) = wait_for(once, timeout=30, every=0.05)[:1]
+        (cloud,) = [
+            p for p in json.loads(state.read_text())["pools"] if p["spec"]["name"] == pool.name
+        ]
+        assert cloud["deleted"] and cloud["gone"], cloud  # let go at once, its nodes ended
+        offer = SHIPPED.get(OfferKey(**cloud["spec"]["offer"]))
+        assert offer is not None
+        billed = sum(
+            BILLING["aws"].billable(
+                (
+                    datetime.fromisoformat(n["ended"]) - datetime.fromisoformat(n["launched"])
+                ).total_seconds()
+            )
+            for n in cloud["gone"]
+        )
+        with sessions() as s:
+            charged = sum(
+                e.amount_micros
+                for e in s.scalars(select(LedgerEntry).where(LedgerEntry.pool == pool.name))
+            )
+        assert billed > 0
+        assert abs(charged - billed * offer.hourly.micros / 3600) <= 2, (charged, billed)
+    finally:
+        observer.stop()
         engine.dispose()
