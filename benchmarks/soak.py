@@ -1,0 +1,61 @@
+"""The long soak: the real `burst serve` replicas on PostgreSQL fed a window of the Philly trace
+under faults at a steady rate, with the invariant checker looking on (tests/soak/harness.py; the
+short one runs in CI as tests/soak/test_soak.py). Prints one JSON object: load held, faults by
+kind, invariant counts, the leader's memory over time, the workloads' outcomes.
+
+    python benchmarks/soak.py [--days 14] [--start-day 10] [--jobs 2000] [--compress 720]
+        [--fault-every 8] [--seed 1] [--url postgresql://postgres@127.0.0.1:5432/postgres]
+        [--workdir DIR]
+
+At 720x a trace hour passes in 5 s: two weeks of trace in 28 minutes, then the drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.soak.harness import Settings, Soak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--days", type=float, default=14.0)
+    parser.add_argument("--start-day", type=float, default=10.0)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--compress", type=float, default=720.0)
+    parser.add_argument("--fault-every", type=float, default=8.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--url",
+        default=os.environ.get(
+            "BURST_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="keep logs and state here")
+    args = parser.parse_args()
+    settings = Settings(
+        seconds=args.days * 86400 / args.compress,
+        jobs=args.jobs,
+        start_day=args.start_day,
+        compress=args.compress,
+        seed=args.seed,
+        fault_every=args.fault_every,
+        drain=300.0,
+    )
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="burst-soak-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"soak: {settings.seconds:.0f} s of trace, logs in {workdir}", file=sys.stderr)
+    report = Soak(workdir, args.url, settings).run()
+    figures = {"bench": "soak", "days": args.days, **report.__dict__}
+    print(json.dumps(figures, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

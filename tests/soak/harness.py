@@ -1,0 +1,507 @@
+"""The soak: the real `burst serve` replicas on PostgreSQL, fed a window of a shipped trace, under
+faults at a steady rate from a seed, with the invariant checker looking on; then drained and
+checked once more. `run()` returns the report that tests/soak/test_soak.py asserts on and
+benchmarks/soak.py prints (docs/reliability.md has a long run's).
+
+Time: the service runs on the wall clock with short settings (a pass a second, idle TTL 4 s,
+launches in seconds); the trace is compressed `compress` times (720: a trace hour in 5 s), so
+that a trace's two weeks pass in 28 minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from sqlalchemy import text
+
+from burst.clock import SystemClock
+from burst.cloud.provider import PoolSpec
+from burst.kube.replicate import KubeObjects
+from burst.model import OfferKey
+from burst.store import database as burst_database
+from providers.sim import SimCloud, SimProvider
+from tests.soak import feed, world
+from tests.soak.invariants import Checker
+
+INSTALLATION = "soak"
+LEASE_S = 3
+PASS = timedelta(seconds=1)
+ORPHAN_GRACE = timedelta(seconds=10)
+ORPHAN_GC = timedelta(seconds=5)  # intervals.orphanGc
+REMOTE_GRACE = timedelta(seconds=15)
+BUDGET_MICROS = 500_000  # theory's hard daily budget: 0.50 USD
+
+SERVICE = """\
+apiVersion: burst.dev/v1
+kind: ServiceConfig
+metadata: {{name: soak}}
+spec:
+  installationId: {installation}
+  database: {{url: "{db}"}}
+  onPrem: {{kubeconfig: {onprem}}}
+  targets:
+    - name: sim-aws
+      provider: sim
+      region: eu-central-1
+      sim: {{cloud: aws, stateFile: {state}}}
+      kubernetes: {{kubeconfig: {remote}}}
+      provisioningEstimate: 5s
+      remoteNamespace: "aws-{{namespace}}"
+    - name: sim-gcp
+      provider: sim
+      region: europe-west4
+      sim: {{cloud: gcp, stateFile: {state}}}
+      kubernetes: {{kubeconfig: {remote}}}
+      provisioningEstimate: 5s
+      remoteNamespace: "gcp-{{namespace}}"
+  intervals: {{reconcile: 1s, sync: 1s, teardown: 1s, meter: 5s, orphanGc: 5s}}
+  graces: {{remoteCluster: {remote_grace}s, orphanPool: {orphan_grace}s}}
+  api: {{tokenFile: {token}}}
+  leaderElection: {{namespace: default, leaseName: burst-leader, leaseDuration: {lease}s}}
+---
+apiVersion: burst.dev/v1
+kind: BurstPolicy
+metadata: {{name: training}}
+spec:
+  selector: {{namespaces: [cms-ml, atlas-ml, theory]}}
+  trigger: {{deadlineSafetyMargin: 2s, maxPendingWait: 30s}}
+  placement:
+    targets: [sim-aws, sim-gcp]
+    accelerators: {{V100: [V100, A10G, L4, A100]}}
+    capacity: spot-if-slack
+  limits: {{currency: USD, maxNodesPerPool: 4, maxPools: 6}}
+  teardown: {{idleTtl: 4s, maxLifetime: 10m}}
+  replication: {{imageRegistries: [registry.cern.ch], secrets: [wandb-api-key]}}
+  defaults: {{expectedRuntime: 20s}}
+---
+apiVersion: burst.dev/v1
+kind: Budget
+metadata: {{name: theory-daily}}
+spec:
+  scope: {{namespace: theory}}
+  period: day
+  amount: "{budget}"
+  currency: USD
+  enforcement: hard
+"""
+
+
+@dataclass
+class Settings:
+    seconds: float = 180  # of trace fed; the drain comes after
+    jobs: int = 300
+    start_day: float = 10.0
+    compress: float = 720.0
+    seed: int = 1
+    fault_every: float = 12.0  # seconds between faults
+    drain: float = 150.0
+    speed: float = 120.0  # launches: minutes of the latency model become half-seconds
+
+
+@dataclass
+class Report:
+    fed: int = 0
+    hostile: int = 0
+    malformed: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    violations: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    checks: int = 0
+    restarts: int = 0
+    memory_mib: list[tuple[float, float]] = field(default_factory=list)  # (s, RSS of the leader)
+    workloads: dict[str, int] = field(default_factory=dict)
+    pools: int = 0
+    drained_s: float | None = None
+    seconds: float = 0.0
+
+
+class Soak:
+    def __init__(self, workdir: Path, server_url: str, settings: Settings) -> None:
+        self.dir, self.settings = workdir, settings
+        self.server_url = server_url
+        self.rng = random.Random(settings.seed)
+        self.report = Report()
+        self.token = "soak-token-" + secrets.token_hex(12)
+        self.secret = "soak-secret-" + secrets.token_hex(12)
+        self.stop = threading.Event()
+        self.replicas: dict[str, world.Process] = {}
+        self.ports: dict[str, int] = {}
+        self.kills: set[str] = set()
+        self.t0 = time.monotonic()
+
+    # -- the world --
+
+    @contextlib.contextmanager
+    def up(self) -> Iterator[None]:
+        onprem_proc, onprem_url = world.sandbox("onprem", self.dir, nodes=4)
+        remote_proc, remote_url = world.sandbox("remote", self.dir, nodes=0)
+        self.onprem_proc, self.remote_proc = onprem_proc, remote_proc
+        self.remote_gate = world.Gate(int(remote_url.rsplit(":", 1)[1]))
+        try:
+            with world.database(self.server_url) as url:
+                self.db_gate = world.Gate(url.port or 5432)
+                served = url.set(host="127.0.0.1", port=self.db_gate.port)
+                self.db_url = url.render_as_string(hide_password=False)
+                engine = burst_database.make_engine(self.db_url)
+                burst_database.upgrade(engine)
+                self.engine = engine
+                self.state = self.dir / "clouds.json"
+                (self.dir / "token").write_text(self.token + "\n")
+                config = self.dir / "config"
+                config.mkdir()
+                (config / "burst.yaml").write_text(
+                    SERVICE.format(
+                        installation=INSTALLATION,
+                        db=served.render_as_string(hide_password=False),
+                        onprem=world.kubeconfig(self.dir / "onprem.kc", onprem_url),
+                        remote=world.kubeconfig(
+                            self.dir / "remote.kc", f"http://127.0.0.1:{self.remote_gate.port}"
+                        ),
+                        state=self.state,
+                        token=self.dir / "token",
+                        lease=LEASE_S,
+                        remote_grace=int(REMOTE_GRACE.total_seconds()),
+                        orphan_grace=int(ORPHAN_GRACE.total_seconds()),
+                        budget=f"{BUDGET_MICROS / 1e6:.2f}",
+                    )
+                )
+                self.config = config
+                self.local = world.api(onprem_url)
+                self.remote = world.api(remote_url)
+                self.clouds = SimCloud(SystemClock(), seed=self.settings.seed, state=self.state)
+                self.clouds.set_faults(speed=self.settings.speed)
+                self.checker = Checker(
+                    engine=engine,
+                    local=self.local,
+                    remote=self.remote,
+                    state=self.state,
+                    installation=INSTALLATION,
+                    foreign=("sim-aws", f"{INSTALLATION}-pool-x"),
+                    orphan_grace=ORPHAN_GRACE + ORPHAN_GC,
+                    pass_interval=PASS,
+                    budgets={"theory": BUDGET_MICROS},
+                )
+                for name in ("a", "b"):
+                    self.ports[name] = world.free_port()
+                    self.replicas[name] = world.Process(
+                        f"serve-{name}",
+                        [
+                            sys.executable,
+                            "-m",
+                            "burst",
+                            "serve",
+                            "-c",
+                            str(config),
+                            "--identity",
+                            name,
+                            "--port",
+                            str(self.ports[name]),
+                        ],
+                        self.dir / f"serve-{name}.log",
+                    )
+                    self.replicas[name].start()
+                try:
+                    yield
+                finally:
+                    self.stop.set()
+                    for replica in self.replicas.values():
+                        replica.stop()
+                    engine.dispose()
+                    self.db_gate.shut()
+        finally:
+            self.remote_gate.shut()
+            onprem_proc.stop()
+            remote_proc.stop()
+
+    def leader(self) -> str | None:
+        try:
+            lease = client.CoordinationV1Api(self.local).read_namespaced_lease(
+                "burst-leader", "default", _request_timeout=5
+            )
+        except Exception:
+            return None
+        holder = lease.spec.holder_identity if lease.spec else None
+        return holder if holder in self.replicas else None
+
+    def _supervise(self) -> None:
+        """Restart a replica that exited, a second later, as Kubernetes restarts a pod."""
+        while not self.stop.wait(0.5):
+            for replica in self.replicas.values():
+                if replica.proc is not None and replica.proc.poll() is not None:
+                    time.sleep(1.0)
+                    if not self.stop.is_set():
+                        replica.start()
+                        self.report.restarts += 1
+
+    # -- faults --
+
+    def faults(self) -> dict[str, Callable[[], None]]:
+        """Each fault kind: starting it (and, for those that last, scheduling its end)."""
+
+        def later(seconds: float, then: Callable[[], None]) -> None:
+            timer = threading.Timer(seconds, then)
+            timer.daemon = True
+            timer.start()
+
+        def kill(role: str) -> Callable[[], None]:
+            def go() -> None:
+                leader = self.leader()
+                if leader is None:
+                    return
+                name = leader if role == "leader" else ({"a", "b"} - {leader}).pop()
+                self.replicas[name].signal(signal.SIGKILL)
+
+            return go
+
+        def pause_leader() -> None:
+            leader = self.leader()
+            if leader is not None:
+                self.replicas[leader].signal(signal.SIGSTOP)
+                later(3 * LEASE_S, lambda: self.replicas[leader].signal(signal.SIGCONT))
+
+        def pause(proc: world.Process, seconds: float) -> Callable[[], None]:
+            def go() -> None:
+                proc.signal(signal.SIGSTOP)
+                later(seconds, lambda: proc.signal(signal.SIGCONT))
+
+            return go
+
+        def cut(gate: world.Gate, seconds: float) -> Callable[[], None]:
+            def go() -> None:
+                gate.shut()
+                later(seconds, gate.open)
+
+            return go
+
+        def cloud(seconds: float, **faults: Any) -> Callable[[], None]:
+            def go() -> None:
+                until = datetime.now(UTC) + timedelta(seconds=seconds)
+                self.clouds.set_faults(
+                    **{k: (until if v == "until" else v) for k, v in faults.items()}
+                )
+                if "failure_rate" in faults:
+                    later(seconds, lambda: self.clouds.set_faults(failure_rate=0.0))
+
+            return go
+
+        return {
+            "kill_leader": kill("leader"),
+            "kill_follower": kill("follower"),
+            "pause_leader_past_lease": pause_leader,
+            "database_refuses": cut(self.db_gate, 5),
+            "apiserver_paused": pause(self.onprem_proc, 4),
+            "remote_unreachable_briefly": cut(self.remote_gate, 3),
+            "remote_unreachable_past_grace": cut(
+                self.remote_gate, REMOTE_GRACE.total_seconds() + 5
+            ),
+            "launches_fail": cloud(15, failure_rate=0.7),
+            "capacity_refused": cloud(10, capacity_refused_until="until"),
+            "throttled": cloud(6, throttled_until="until", retry_after_s=2.0),
+            "slow_launches": cloud(15, slow_until="until", slow_factor=8.0),
+            "spot_interruption": self._interrupt,
+            "pool_deleted_out_of_band": self._delete_out_of_band,
+        }
+
+    def _provider(self, target: str) -> SimProvider:
+        cloud, region = ("aws", "eu-central-1") if target == "sim-aws" else ("gcp", "europe-west4")
+        return SimProvider(
+            self.clouds,
+            target=target,
+            cloud=cloud,  # type: ignore[arg-type]
+            region=region,
+            offers=lambda: [],
+            kube=world.api(f"http://127.0.0.1:{self.remote_gate.port}"),
+        )
+
+    def _ours(self, spot: bool = False) -> list[tuple[str, str]]:
+        return [
+            (p["target"], p["spec"]["name"])
+            for p in self.checker.cloud().get("pools", [])
+            if p["tags"].get("burst.dev/owner") == INSTALLATION
+            and not p["deleted"]
+            and (not spot or p["spec"]["offer"]["capacity"] == "spot")
+        ]
+
+    def _interrupt(self) -> None:
+        pools = self._ours(spot=True)
+        if pools:
+            target, name = self.rng.choice(pools)
+            self._provider(target).interrupt(name)
+
+    def _delete_out_of_band(self) -> None:
+        pools = self._ours()
+        if pools:
+            target, name = self.rng.choice(pools)
+            self._provider(target).delete_pool(name, by="operator")
+
+    def _foreign_pool(self) -> None:
+        """Another installation's pool, named like ours: burst must never touch it."""
+        offer = OfferKey("aws", "eu-central-1", "p3.2xlarge", "on-demand", "V100", 1)
+        spec = PoolSpec(
+            name=f"{INSTALLATION}-pool-x",
+            offer=offer,
+            nodes=1,
+            owner="soak-other",
+            policy="x",
+            epoch=1,
+        )
+        self._provider("sim-aws").create_pool(spec, "other-token")
+
+    def _inject(self) -> None:
+        kinds = self.faults()
+        order: list[str] = []
+        while not self.stop.wait(self.settings.fault_every):
+            if self._feeding_done:
+                return
+            if not order:
+                order = list(kinds)
+                self.rng.shuffle(order)
+            kind = order.pop()
+            kinds[kind]()
+            self.report.faults[kind] += 1
+
+    # -- the run --
+
+    def run(self) -> Report:
+        rows = feed.window(
+            self.settings.start_day,
+            self.settings.seconds * self.settings.compress / 86400,
+            self.settings.jobs,
+        )
+        jobs = feed.jobs(
+            rows, compress=self.settings.compress, allowance=10, seed=self.settings.seed
+        )
+        self._feeding_done = False
+        with self.up():
+            local = KubeObjects(self.local)
+            feed.prepare(local, self.secret)
+            self._foreign_pool()
+            threads = [
+                threading.Thread(target=self._supervise, daemon=True),
+                threading.Thread(target=self._inject, daemon=True),
+                threading.Thread(target=self._watch, daemon=True),
+            ]
+            for t in threads:
+                t.start()
+            start = time.monotonic()
+            for job in jobs:
+                wait = start + job.at - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                self._create(local, job)
+            self._feeding_done = True
+            drained = self._drain(jobs)
+            self.report.drained_s = drained
+            self._finish(jobs)
+        self.report.seconds = round(time.monotonic() - self.t0, 1)
+        return self.report
+
+    def _create(self, local: KubeObjects, job: feed.Job) -> None:
+        for _ in range(30):  # the API server may be paused: keep trying, as a user would
+            try:
+                feed.create(local, job)
+                break
+            except Exception:
+                time.sleep(1)
+        self.report.fed += 1
+        self.report.hostile += job.hostile
+        self.report.malformed += job.malformed
+
+    def _watch(self) -> None:
+        while not self.stop.wait(2.0):
+            try:
+                self.checker.tick()
+            except Exception:
+                continue
+            leader = self.leader()
+            rss = self.replicas[leader].rss_mib() if leader else None
+            if rss is not None:
+                self.report.memory_mib.append((round(time.monotonic() - self.t0, 1), round(rss, 1)))
+
+    def _drain(self, jobs: list[feed.Job]) -> float | None:
+        """Seconds until nothing is planned or dispatched and no pool of ours is up, or None."""
+        start = time.monotonic()
+        while time.monotonic() - start < self.settings.drain:
+            with self.engine.connect() as db:
+                active = db.execute(
+                    text("SELECT COUNT(*) FROM workloads WHERE state IN ('planned', 'dispatched')")
+                ).scalar_one()
+            if not active and not self._ours():
+                return round(time.monotonic() - start, 1)
+            time.sleep(1.0)
+        return None
+
+    def _finish(self, jobs: list[feed.Job]) -> None:
+        texts = [r.log.read_text(errors="replace") for r in self.replicas.values()]
+        for port in self.ports.values():
+            for path in (
+                "/api/v1/workloads",
+                "/api/v1/pools",
+                "/api/v1/budgets",
+                "/api/v1/ledger",
+                "/api/v1/plan",
+                "/metrics",
+            ):
+                with contextlib.suppress(Exception):
+                    answer = urllib3.request(
+                        "GET",
+                        f"http://127.0.0.1:{port}{path}",
+                        headers={"Authorization": f"Bearer {self.token}"},
+                        timeout=10,
+                    )
+                    texts.append(answer.data.decode(errors="replace"))
+        month = datetime.now(UTC).strftime("%Y-%m")
+        report = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "burst",
+                "report",
+                "--period",
+                month,
+                "--by",
+                "job",
+                "--url",
+                self.db_url,
+                "-c",
+                str(self.config),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        texts += [report.stdout, report.stderr]
+        self.checker.final(
+            [self.token, self.secret],
+            texts,
+            [f"{j.namespace}/{j.name}" for j in jobs if j.hostile],
+            [f"{j.namespace}/{j.name}" for j in jobs if j.malformed],
+        )
+        self.report.violations = dict(self.checker.violations)
+        self.report.examples = {k: v for k, v in self.checker.examples.items() if v}
+        self.report.checks = self.checker.checks
+        with self.engine.connect() as db:
+            self.report.workloads = dict(
+                db.execute(text("SELECT state, COUNT(*) FROM workloads GROUP BY state")).all()
+            )
+            self.report.pools = db.execute(text("SELECT COUNT(*) FROM pools")).scalar_one()
+
+
+def run(workdir: Path, server_url: str, settings: Settings) -> Report:
+    return Soak(workdir, server_url, settings).run()

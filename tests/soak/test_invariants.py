@@ -1,0 +1,129 @@
+"""The soak's invariant checker catches each broken promise it looks for: each is planted in
+real clusters (in-process sandboxes), a real database and a simulated clouds' state file, and
+counted once. (A checker that cannot fail proves nothing about the soak that passes it.)"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from sqlalchemy import text
+
+from burst.clock import FakeClock
+from burst.cloud.provider import PoolSpec
+from burst.kube.replicate import KubeObjects
+from burst.kube.translate import ORIGIN_UID
+from burst.model import OfferKey
+from burst.sandbox import Sandbox
+from burst.store import database
+from providers.sim import SimCloud, SimProvider
+from tests.conftest import wait_for
+from tests.soak.invariants import Checker
+
+OFFER = OfferKey("aws", "eu-central-1", "p3.2xlarge", "on-demand", "V100", 1)
+
+
+def job(name: str, origin: str) -> dict[str, Any]:
+    pod = {"containers": [{"name": "c", "image": "registry.cern.ch/x:1"}], "restartPolicy": "Never"}
+    return {
+        "metadata": {"name": name, "labels": {ORIGIN_UID: origin}},
+        "spec": {"suspend": True, "template": {"spec": pod}},
+    }
+
+
+def ledger_row(db: Any, key: str, namespace: str, micros: int, pool: str | None = None) -> None:
+    now = datetime.now(UTC)
+    db.execute(
+        text(
+            "INSERT INTO ledger_entries (idempotency_key, kind, posted_at, period_start, "
+            "period_end, pool, namespace, team, gpu_seconds, amount_micros, currency) VALUES "
+            "(:k, 'usage', :now, :now, :now, :pool, :ns, :ns, 0, :m, 'USD')"
+        ),
+        {"k": key, "now": now, "pool": pool, "ns": namespace, "m": micros},
+    )
+
+
+def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
+    local_cluster, remote_cluster = Sandbox().start(), Sandbox(controllers=False).start()
+    local = client.ApiClient(client.Configuration(host=local_cluster.url))
+    remote = KubeObjects(client.ApiClient(client.Configuration(host=remote_cluster.url)))
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    state = tmp_path / "clouds.json"
+    clouds = SimCloud(FakeClock(datetime.now(UTC) - timedelta(hours=1)), state=state)
+    aws = SimProvider(
+        clouds, target="sim-aws", cloud="aws", region="eu-central-1", offers=lambda: []
+    )
+    checker = Checker(
+        engine=engine,
+        local=local,
+        remote=remote.api,
+        state=state,
+        installation="soak",
+        foreign=("sim-aws", "theirs"),
+        orphan_grace=timedelta(0),
+        pass_interval=timedelta(0),
+        budgets={"theory": 1_000},
+    )
+    try:
+        for name, owner in (("ours", "soak"), ("theirs", "other"), ("kept", "soak")):
+            spec = PoolSpec(name=name, offer=OFFER, nodes=1, owner=owner, policy="p", epoch=1)
+            aws.create_pool(spec, name)
+        with engine.begin() as db:
+            db.execute(
+                text(
+                    "INSERT INTO pools (name, token, target, provider, region, instance_type, "
+                    "capacity, accelerator, gpus_per_node, nodes_desired, nodes_ready, policy, "
+                    "generation, epoch, state, unit_price_micros, currency, price_source, created_at, "
+                    "updated_at) VALUES ('kept', 't', 'sim-aws', 'aws', 'eu-central-1', "
+                    "'p3.2xlarge', 'on-demand', 'V100', 1, 1, 1, 'p', 1, 1, 'ready', 1, 'USD', "
+                    "'catalog', :now, :now)"
+                ),
+                {"now": datetime.now(UTC)},
+            )
+            ledger_row(db, "a", "cms-ml", 10)
+        checker.tick()
+        assert not any(checker.violations.values()), checker.examples
+        # Two unfinished copies of one workload, on two looks in a row.
+        remote.ensure_namespace("ml")
+        remote.batch.create_namespaced_job("ml", job("one", "uid-1"), _preload_content=False)
+        remote.batch.create_namespaced_job("ml", job("two", "uid-1"), _preload_content=False)
+        checker.tick()
+        # A copy deleted and created again under its name (between two looks).
+        remote.batch.delete_namespaced_job("one", "ml", propagation_policy="Background")
+        wait_for(lambda: remote.read("Job", "ml", "one") is None)
+        remote.batch.create_namespaced_job("ml", job("one", "uid-1"), _preload_content=False)
+        # The foreign pool deleted; a budget overspent; a ledger row changed behind the trigger.
+        aws.delete_pool("theirs", by="burst")
+        with engine.begin() as db:
+            ledger_row(db, "b", "theory", 5_000)
+            db.execute(text("DROP TRIGGER ledger_no_update"))
+            db.execute(
+                text("UPDATE ledger_entries SET amount_micros = 11 WHERE idempotency_key = 'a'")
+            )
+        checker.tick()
+        expected = {
+            "two_copies": 1,
+            "copy_created_twice": 1,
+            "orphan_pool": 2,  # "ours" has no row, past a zero grace, on each later look
+            "foreign_pool_touched": 1,
+            "budget_exceeded": 1,
+            "ledger_changed": 1,
+        }
+        assert {k: v for k, v in checker.violations.items() if v} == expected, checker.examples
+        # At the end: pools left, their bills missing from the ledger, a malformed job nobody
+        # told, and the token in a log.
+        KubeObjects(local).ensure_namespace("theory")
+        checker.final(["s3cr3t"], ["a log line with s3cr3t in it"], [], ["theory/bad-deadline"])
+        final = {k: v for k, v in checker.violations.items() if v}
+        assert final["orphan_pool"] >= 3, checker.examples  # "ours" and "kept" left up
+        assert final["ledger_mismatch"] == 2, checker.examples  # both ran an hour, 0 posted
+        assert final["reason_missing"] == 1 and final["credential_leaked"] == 1
+        assert json.loads(state.read_text())["pools"]
+    finally:
+        local_cluster.stop()
+        remote_cluster.stop()
+        engine.dispose()

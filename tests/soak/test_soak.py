@@ -1,0 +1,27 @@
+"""The short soak CI runs: two real `burst serve` replicas on PostgreSQL for two and a half
+minutes of a Philly window (about 250 jobs, 1.25 trace days), every fault kind at least once, and
+every invariant held throughout and at the end. benchmarks/soak.py runs the long one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import _postgres_server_url
+from tests.soak.harness import Settings, Soak
+
+pytestmark = pytest.mark.postgres
+
+
+def test_a_short_soak_under_every_fault_keeps_every_promise(tmp_path: Path) -> None:
+    server = _postgres_server_url()
+    if not server:
+        pytest.skip("PostgreSQL: set BURST_TEST_DATABASE_URL (CI does) to run the soak")
+    soak = Soak(tmp_path, server, Settings(seconds=130, jobs=250, fault_every=8.0, seed=7))
+    report = soak.run()
+    assert set(report.faults) == set(soak.faults()), report.faults  # every kind, at least once
+    assert report.violations and not any(report.violations.values()), report.examples
+    assert report.drained_s is not None, "work or pools left after the drain"
+    assert report.fed == 250 and report.workloads.get("succeeded", 0) > 0, report.workloads
+    assert report.checks > 30  # the checker looked all along, not only at the end
