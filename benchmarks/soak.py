@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.soak.harness import Settings, Soak
+from tests.soak.harness import Settings, Soak, lives
 
 
 def main() -> None:
@@ -39,6 +39,11 @@ def main() -> None:
         ),
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and state here")
+    parser.add_argument(
+        "--no-kills",
+        action="store_true",
+        help="every fault but killing or pausing a replica (to watch one process's memory)",
+    )
     args = parser.parse_args()
     settings = Settings(
         seconds=args.days * 86400 / args.compress,
@@ -48,12 +53,17 @@ def main() -> None:
         seed=args.seed,
         fault_every=args.fault_every,
         drain=300.0,
+        kills=not args.no_kills,
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="burst-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"soak: {settings.seconds:.0f} s of trace, logs in {workdir}", file=sys.stderr)
     report = Soak(workdir, args.url, settings).run()
-    figures = {"bench": "soak", "days": args.days, **report.__dict__}
+    samples = report.memory_mib
+    (workdir / "memory.csv").write_text(
+        "seconds,replica,pid,rss_mib\n" + "".join(f"{a},{n},{p},{r}\n" for a, n, p, r in samples)
+    )
+    figures = {"bench": "soak", "days": args.days, **report.__dict__, "memory_mib": lives(samples)}
     print(json.dumps(figures, default=str), flush=True)
 
 

@@ -91,7 +91,15 @@ def simulate_cmd(
     with Progress(console=errors, transient=True, disable=not errors.is_terminal) as bar:
         tasks: dict[str, Any] = {}
 
+        said: dict[str, int] = {}
+
         def progress(label: str, share: float) -> None:
+            if not errors.is_terminal:  # a log (CI, a batch job): a line every tenth of the way
+                tenth = int(share * 10)
+                if tenth > said.get(label, -1):
+                    said[label] = tenth
+                    errors.print(f"{label}: {tenth * 10} %", highlight=False)
+                return
             if label not in tasks:
                 tasks[label] = bar.add_task(label, total=1.0)
             bar.update(tasks[label], completed=share)

@@ -44,6 +44,7 @@ PASS = timedelta(seconds=1)
 ORPHAN_GRACE = timedelta(seconds=10)
 ORPHAN_GC = timedelta(seconds=5)  # intervals.orphanGc
 REMOTE_GRACE = timedelta(seconds=15)
+REPLICA_FAULTS = ("kill_leader", "kill_follower", "pause_leader_past_lease")
 BUDGET_MICROS = 500_000  # theory's hard daily budget: 0.50 USD
 
 SERVICE = """\
@@ -111,6 +112,7 @@ class Settings:
     fault_every: float = 12.0  # seconds between faults
     drain: float = 150.0
     speed: float = 120.0  # launches: minutes of the latency model become half-seconds
+    kills: bool = True  # False: no replica killed or paused (to watch one process's memory)
 
 
 @dataclass
@@ -123,7 +125,8 @@ class Report:
     examples: dict[str, list[str]] = field(default_factory=dict)
     checks: int = 0
     restarts: int = 0
-    memory_mib: list[tuple[float, float]] = field(default_factory=list)  # (s, RSS of the leader)
+    # (s, replica, pid, RSS in MiB) of both replicas, every look
+    memory_mib: list[tuple[float, str, int, float]] = field(default_factory=list)
     workloads: dict[str, int] = field(default_factory=dict)
     pools: int = 0
     drained_s: float | None = None
@@ -141,7 +144,7 @@ class Soak:
         self.stop = threading.Event()
         self.replicas: dict[str, world.Process] = {}
         self.ports: dict[str, int] = {}
-        self.kills: set[str] = set()
+        self.timers: list[threading.Timer] = []  # the ends of faults under way
         self.t0 = time.monotonic()
 
     # -- the world --
@@ -195,6 +198,8 @@ class Soak:
                     orphan_grace=ORPHAN_GRACE + ORPHAN_GC,
                     pass_interval=PASS,
                     budgets={"theory": BUDGET_MICROS},
+                    max_pools=6,  # as the policy says
+                    max_nodes=4,
                 )
                 for name in ("a", "b"):
                     self.ports[name] = world.free_port()
@@ -219,12 +224,16 @@ class Soak:
                     yield
                 finally:
                     self.stop.set()
+                    for timer in self.timers:
+                        timer.cancel()
                     for replica in self.replicas.values():
                         replica.stop()
                     engine.dispose()
-                    self.db_gate.shut()
+                    self.local.close()
+                    self.remote.close()
+                    self.db_gate.close()
         finally:
-            self.remote_gate.shut()
+            self.remote_gate.close()
             onprem_proc.stop()
             remote_proc.stop()
 
@@ -257,6 +266,7 @@ class Soak:
             timer = threading.Timer(seconds, then)
             timer.daemon = True
             timer.start()
+            self.timers.append(timer)
 
         def kill(role: str) -> Callable[[], None]:
             def go() -> None:
@@ -325,7 +335,7 @@ class Soak:
             cloud=cloud,  # type: ignore[arg-type]
             region=region,
             offers=lambda: [],
-            kube=world.api(f"http://127.0.0.1:{self.remote_gate.port}"),
+            kube=self.remote,  # as an operator would, from outside the gate
         )
 
     def _ours(self, spot: bool = False) -> list[tuple[str, str]]:
@@ -364,6 +374,8 @@ class Soak:
 
     def _inject(self) -> None:
         kinds = self.faults()
+        if not self.settings.kills:
+            kinds = {k: v for k, v in kinds.items() if k not in REPLICA_FAULTS}
         order: list[str] = []
         while not self.stop.wait(self.settings.fault_every):
             if self._feeding_done:
@@ -428,10 +440,11 @@ class Soak:
                 self.checker.tick()
             except Exception:
                 continue
-            leader = self.leader()
-            rss = self.replicas[leader].rss_mib() if leader else None
-            if rss is not None:
-                self.report.memory_mib.append((round(time.monotonic() - self.t0, 1), round(rss, 1)))
+            at = round(time.monotonic() - self.t0, 1)
+            for name, replica in self.replicas.items():
+                rss, pid = replica.rss_mib(), replica.pid
+                if rss is not None and pid is not None:
+                    self.report.memory_mib.append((at, name, pid, round(rss, 1)))
 
     def _drain(self, jobs: list[feed.Job]) -> float | None:
         """Seconds until nothing is planned or dispatched and no pool of ours is up, or None."""
@@ -448,6 +461,16 @@ class Soak:
 
     def _finish(self, jobs: list[feed.Job]) -> None:
         texts = [r.log.read_text(errors="replace") for r in self.replicas.values()]
+        skipped: set[str] = set()
+        for port in self.ports.values():
+            with contextlib.suppress(Exception):
+                plan = urllib3.request(
+                    "GET",
+                    f"http://127.0.0.1:{port}/api/v1/plan",
+                    headers={"Authorization": f"Bearer {self.token}"},
+                    timeout=10,
+                ).json()
+                skipped |= {f"{k['namespace']}/{k['name']}" for k in plan.get("skips") or []}
         for port in self.ports.values():
             for path in (
                 "/api/v1/workloads",
@@ -492,6 +515,7 @@ class Soak:
             texts,
             [f"{j.namespace}/{j.name}" for j in jobs if j.hostile],
             [f"{j.namespace}/{j.name}" for j in jobs if j.malformed],
+            sorted(skipped),
         )
         self.report.violations = dict(self.checker.violations)
         self.report.examples = {k: v for k, v in self.checker.examples.items() if v}
@@ -503,5 +527,23 @@ class Soak:
             self.report.pools = db.execute(text("SELECT COUNT(*) FROM pools")).scalar_one()
 
 
-def run(workdir: Path, server_url: str, settings: Settings) -> Report:
-    return Soak(workdir, server_url, settings).run()
+def lives(samples: list[tuple[float, str, int, float]]) -> list[dict[str, Any]]:
+    """Each replica process's memory over its life, longest-lived first: RSS at its first look,
+    a minute in (after warming up), at its last look and at most."""
+    by: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for at, name, pid, rss in samples:
+        by.setdefault((name, pid), []).append((at, rss))
+    out = [
+        {
+            "replica": name,
+            "pid": pid,
+            "from_s": points[0][0],
+            "to_s": points[-1][0],
+            "first_mib": points[0][1],
+            "after_1min_mib": next((r for a, r in points if a >= points[0][0] + 60), None),
+            "last_mib": points[-1][1],
+            "max_mib": max(r for _, r in points),
+        }
+        for (name, pid), points in by.items()
+    ]
+    return sorted(out, key=lambda life: life["from_s"] - life["to_s"])

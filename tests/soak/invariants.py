@@ -15,12 +15,15 @@ passes only with every count at zero.
   pool left at the end.
 - `foreign_pool_touched`: the pool of another installation deleted or resized.
 - `budget_exceeded`: a hard budget's posted spend in its period above its amount.
+- `cap_exceeded`: more live pools of the installation in the clouds than the policy's maxPools,
+  or a pool with more nodes than its maxNodesPerPool.
 - `ledger_changed`: a ledger row updated or deleted once seen.
 - `ledger_mismatch`: at the end, a pool's ledger total off the integral of its nodes' lifetimes x
   the offer's price under the cloud's billing rule by more than the service can see (its pass
   interval per node, either side, and a cent).
 - `reason_missing`: at the end, a hostile job burst refused without a BurstRefused Event, a
-  malformed job without an InvalidBurstAnnotation Event.
+  malformed job without an InvalidBurstAnnotation Event, a job the last plan skipped without a
+  NotBursting Event.
 - `credential_leaked`: at the end, the API token or the Secret's value in the service's logs, the
   database, the API's answers, the on-prem Events or a report.
 """
@@ -49,6 +52,7 @@ KINDS = (
     "orphan_pool",
     "foreign_pool_touched",
     "budget_exceeded",
+    "cap_exceeded",
     "ledger_changed",
     "ledger_mismatch",
     "reason_missing",
@@ -67,6 +71,8 @@ class Checker:
     orphan_grace: timedelta
     pass_interval: timedelta
     budgets: dict[str, int]  # hard budget namespace -> amount in USD micros per day
+    max_pools: int
+    max_nodes: int
     violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     checks: int = 0
@@ -150,6 +156,16 @@ class Checker:
             }
         now = datetime.now(UTC)
         allowed = self.orphan_grace + 4 * self.pass_interval
+        mine = [
+            p
+            for p in cloud.get("pools", [])
+            if p["tags"].get(TAG_OWNER) == self.installation and not p["deleted"]
+        ]
+        if len(mine) > self.max_pools:
+            self._broken("cap_exceeded", f"{len(mine)} pools up, maxPools {self.max_pools}")
+        for p in mine:
+            if len(p["nodes"]) > self.max_nodes:
+                self._broken("cap_exceeded", f"{p['spec']['name']}: {len(p['nodes'])} nodes")
         for p in cloud.get("pools", []):
             name = p["spec"]["name"]
             if (p["target"], name) == self.foreign:
@@ -196,15 +212,20 @@ class Checker:
     # -- once drained --
 
     def final(
-        self, secrets: list[str], texts: list[str], hostile: list[str], malformed: list[str]
+        self,
+        secrets: list[str],
+        texts: list[str],
+        hostile: list[str],
+        malformed: list[str],
+        skipped: list[str],
     ) -> None:
         """`secrets` must be in none of `texts` (logs, API answers, reports) nor the database
-        nor the Events; `hostile` and `malformed` are namespace/name of the fed jobs."""
+        nor the Events; `hostile`, `malformed` and `skipped` are namespace/name of fed jobs."""
         self.tick()
         cloud = self.cloud()
         self._pools(cloud, final=True)
         self._bills(cloud)
-        self._reasons(hostile, malformed)
+        self._reasons(hostile, malformed, skipped)
         self._leaks(secrets, texts)
 
     def _bills(self, cloud: dict[str, Any]) -> None:
@@ -244,7 +265,7 @@ class Checker:
                     f"its row: {rows.get(p['spec']['name'], 'none')}",
                 )
 
-    def _reasons(self, hostile: list[str], malformed: list[str]) -> None:
+    def _reasons(self, hostile: list[str], malformed: list[str], skipped: list[str]) -> None:
         events = _items(client.CoreV1Api(self.local).list_event_for_all_namespaces)
         told = {
             (e["involvedObject"].get("namespace"), e["involvedObject"].get("name"), e["reason"])
@@ -267,6 +288,10 @@ class Checker:
             ns, name = key.split("/")
             if (ns, name, "InvalidBurstAnnotation") not in told:
                 self._broken("reason_missing", f"{key}: its bad deadline not said")
+        for key in skipped:
+            ns, name = key.split("/")
+            if (ns, name, "NotBursting") not in told:
+                self._broken("reason_missing", f"{key} skipped without an Event")
 
     def _leaks(self, secrets: list[str], texts: list[str]) -> None:
         events = _items(client.CoreV1Api(self.local).list_event_for_all_namespaces)

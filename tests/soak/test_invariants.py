@@ -67,6 +67,8 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
         orphan_grace=timedelta(0),
         pass_interval=timedelta(0),
         budgets={"theory": 1_000},
+        max_pools=2,
+        max_nodes=1,
     )
     try:
         for name, owner in (("ours", "soak"), ("theirs", "other"), ("kept", "soak")):
@@ -96,8 +98,13 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
         remote.batch.delete_namespaced_job("one", "ml", propagation_policy="Background")
         wait_for(lambda: remote.read("Job", "ml", "one") is None)
         remote.batch.create_namespaced_job("ml", job("one", "uid-1"), _preload_content=False)
-        # The foreign pool deleted; a budget overspent; a ledger row changed behind the trigger.
+        # The foreign pool deleted; a pool past its node cap and one too many; a budget
+        # overspent; a ledger row changed behind the trigger.
         aws.delete_pool("theirs", by="burst")
+        aws.resize_pool("kept", 2)
+        aws.create_pool(
+            PoolSpec(name="third", offer=OFFER, nodes=1, owner="soak", policy="p", epoch=1), "t3"
+        )
         with engine.begin() as db:
             ledger_row(db, "b", "theory", 5_000)
             db.execute(text("DROP TRIGGER ledger_no_update"))
@@ -111,17 +118,20 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
             "orphan_pool": 2,  # "ours" has no row, past a zero grace, on each later look
             "foreign_pool_touched": 1,
             "budget_exceeded": 1,
+            "cap_exceeded": 2,
             "ledger_changed": 1,
         }
         assert {k: v for k, v in checker.violations.items() if v} == expected, checker.examples
         # At the end: pools left, their bills missing from the ledger, a malformed job nobody
         # told, and the token in a log.
         KubeObjects(local).ensure_namespace("theory")
-        checker.final(["s3cr3t"], ["a log line with s3cr3t in it"], [], ["theory/bad-deadline"])
+        checker.final(
+            ["s3cr3t"], ["a log line with s3cr3t in it"], [], ["theory/bad-deadline"], ["ml/skip"]
+        )
         final = {k: v for k, v in checker.violations.items() if v}
-        assert final["orphan_pool"] >= 3, checker.examples  # "ours" and "kept" left up
-        assert final["ledger_mismatch"] == 2, checker.examples  # both ran an hour, 0 posted
-        assert final["reason_missing"] == 1 and final["credential_leaked"] == 1
+        assert final["orphan_pool"] >= 5, checker.examples  # and "ours", "kept", "third" left
+        assert final["ledger_mismatch"] == 3, checker.examples  # all ran, nothing posted
+        assert final["reason_missing"] == 2 and final["credential_leaked"] == 1
         assert json.loads(state.read_text())["pools"]
     finally:
         local_cluster.stop()

@@ -1,5 +1,5 @@
 """The short soak CI runs: two real `burst serve` replicas on PostgreSQL for two and a half
-minutes of a Philly window (about 250 jobs, 1.25 trace days), every fault kind at least once, and
+minutes of a Philly window (about 240 jobs of 1.1 trace days), every fault kind at least once, and
 every invariant held throughout and at the end. benchmarks/soak.py runs the long one."""
 
 from __future__ import annotations
@@ -23,5 +23,5 @@ def test_a_short_soak_under_every_fault_keeps_every_promise(tmp_path: Path) -> N
     assert set(report.faults) == set(soak.faults()), report.faults  # every kind, at least once
     assert report.violations and not any(report.violations.values()), report.examples
     assert report.drained_s is not None, "work or pools left after the drain"
-    assert report.fed == 250 and report.workloads.get("succeeded", 0) > 0, report.workloads
+    assert report.fed >= 200 and report.workloads.get("succeeded", 0) > 0, report.workloads
     assert report.checks > 30  # the checker looked all along, not only at the end

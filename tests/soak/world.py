@@ -9,9 +9,11 @@ import contextlib
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import IO, Any
@@ -24,25 +26,46 @@ ROOT = Path(__file__).parents[2]
 
 class Gate:
     """A TCP forwarder on 127.0.0.1 that can be shut: while shut, connections are refused and
-    those open are cut, as when a database or an API server is unreachable."""
+    those open are cut, as when a database or an API server is unreachable. While shut, the port
+    is held by a socket that is bound but not listening (connecting to it is refused), so that no
+    other socket takes it meanwhile."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream = upstream_port
         self.port = 0
         self._listener: socket.socket | None = None
+        self._holder: socket.socket | None = None
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
         self.open()
+
+    def _bound(self) -> socket.socket:
+        """A socket bound to the gate's port (any free one the first time). The port's last
+        connections are being aborted as this runs: a moment may pass before it is free."""
+        for attempt in range(50):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", self.port))
+            except OSError:
+                sock.close()
+                if attempt == 49:
+                    raise
+                time.sleep(0.1)
+                continue
+            self.port = sock.getsockname()[1]
+            return sock
+        raise AssertionError("unreachable")
 
     def open(self) -> None:
         with self._lock:
             if self._listener is not None:
                 return
-            listener = socket.socket()
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            listener.bind(("127.0.0.1", self.port))
+            if self._holder is not None:
+                self._holder.close()
+                self._holder = None
+            listener = self._bound()
             listener.listen(64)
-            self.port = listener.getsockname()[1]
             self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
 
@@ -50,12 +73,26 @@ class Gate:
         with self._lock:
             listener, self._listener = self._listener, None
             cut, self._open = self._open, []
-        if listener is not None:
-            listener.close()
-        for sock in cut:
+            if listener is None:
+                return
+            # Shut down, not only closed: a thread blocked in accept() keeps a closed socket
+            # listening on Linux, and the port taken.
             with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
+            for sock in cut:  # aborted (RST), so that they leave the port at once
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            self._holder = self._bound()
+
+    def close(self) -> None:
+        self.shut()
+        with self._lock:
+            if self._holder is not None:
+                self._holder.close()
+                self._holder = None
 
     def _accept(self, listener: socket.socket) -> None:
         while True:
@@ -89,6 +126,7 @@ def _pump(a: socket.socket, b: socket.socket) -> None:
         for sock in (a, b):
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
 
 
 class Process:
@@ -101,6 +139,8 @@ class Process:
         self._out: IO[str] | None = None
 
     def start(self) -> None:
+        if self._out is not None:  # the last run's (it exited, or was killed)
+            self._out.close()
         self._out = self.log.open("a")
         self.proc = subprocess.Popen(
             self.argv,
@@ -160,8 +200,6 @@ def sandbox(name: str, workdir: Path, nodes: int) -> tuple[Process, str]:
     argv += ["--gpus-per-node", "4", "--port", "0", "--kubeconfig", str(kubeconfig)]
     process = Process(name, argv, workdir / f"{name}.log")
     process.start()
-    import time
-
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for line in process.log.read_text().splitlines():
