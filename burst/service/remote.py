@@ -142,13 +142,13 @@ class ClusterSteps:
                 else:
                     where = (d.remote_namespace, d.remote_name)
                 active.setdefault(d.target, set()).add(where)
+        # What any target's dispatch backs stays, wherever it is: targets may share a cluster,
+        # and a copy's name (its workload's uid and attempt) is active on one target at most.
+        backed = set().union(*active.values())
         done = []
         for target, remote in sorted(self.remotes.items()):
             try:
-                done += [
-                    f"removed {target}/{x}"
-                    for x in self.syncer.collect_stale(remote, active[target])
-                ]
+                done += [f"removed {target}/{x}" for x in self.syncer.collect_stale(remote, backed)]
             except CLUSTER_ERRORS as exc:
                 log.warning("collecting on %s: %s", target, exc.__class__.__name__)
         return done

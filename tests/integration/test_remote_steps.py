@@ -277,6 +277,24 @@ def test_a_requeued_workloads_next_attempt_is_a_new_copy_and_stale_ones_are_coll
     assert remote.read("Secret", "burst-cms-ml", "wandb-api-key") is None
 
 
+def test_targets_that_share_a_cluster_never_collect_each_others_copies(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """Each target collected what no dispatch of its own backed: with two targets on one cluster,
+    one removed the other's running copy and copied Secrets (seen in the soak)."""
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        planned(kube, s, "shared", clock)
+    remote_steps = steps(kube, {TARGET: remote, "sim-aws": remote}, clock)
+    with sessions() as s:
+        out = Outcomes()
+        remote_steps.dispatch_ready(s, out)
+        assert out.dispatched == ["cms-ml/shared"]
+    assert remote_steps.collect(sessions) == []
+    assert remote.read("Secret", "burst-cms-ml", "wandb-api-key") is not None
+
+
 def test_a_target_silent_past_its_grace_has_its_workloads_requeued(
     kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
 ) -> None:

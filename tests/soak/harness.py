@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import random
 import secrets
-import signal
 import subprocess
 import sys
 import threading
@@ -30,20 +29,16 @@ from kubernetes import client
 from sqlalchemy import text
 
 from burst.clock import SystemClock
-from burst.cloud.provider import PoolSpec
 from burst.kube.replicate import KubeObjects
-from burst.model import OfferKey
 from burst.store import database as burst_database
-from providers.sim import SimCloud, SimProvider
-from tests.soak import feed, world
+from providers.sim import SimCloud
+from tests.soak import faults, feed, world
 from tests.soak.invariants import Checker
+from tests.soak.world import INSTALLATION, LEASE_S, REMOTE_GRACE
 
-INSTALLATION = "soak"
-LEASE_S = 3
 PASS = timedelta(seconds=1)
 ORPHAN_GRACE = timedelta(seconds=10)
 ORPHAN_GC = timedelta(seconds=5)  # intervals.orphanGc
-REMOTE_GRACE = timedelta(seconds=15)
 REPLICA_FAULTS = ("kill_leader", "kill_follower", "pause_leader_past_lease")
 BUDGET_MICROS = 500_000  # theory's hard daily budget: 0.50 USD
 
@@ -260,117 +255,7 @@ class Soak:
     # -- faults --
 
     def faults(self) -> dict[str, Callable[[], None]]:
-        """Each fault kind: starting it (and, for those that last, scheduling its end)."""
-
-        def later(seconds: float, then: Callable[[], None]) -> None:
-            timer = threading.Timer(seconds, then)
-            timer.daemon = True
-            timer.start()
-            self.timers.append(timer)
-
-        def kill(role: str) -> Callable[[], None]:
-            def go() -> None:
-                leader = self.leader()
-                if leader is None:
-                    return
-                name = leader if role == "leader" else ({"a", "b"} - {leader}).pop()
-                self.replicas[name].signal(signal.SIGKILL)
-
-            return go
-
-        def pause_leader() -> None:
-            leader = self.leader()
-            if leader is not None:
-                self.replicas[leader].signal(signal.SIGSTOP)
-                later(3 * LEASE_S, lambda: self.replicas[leader].signal(signal.SIGCONT))
-
-        def pause(proc: world.Process, seconds: float) -> Callable[[], None]:
-            def go() -> None:
-                proc.signal(signal.SIGSTOP)
-                later(seconds, lambda: proc.signal(signal.SIGCONT))
-
-            return go
-
-        def cut(gate: world.Gate, seconds: float) -> Callable[[], None]:
-            def go() -> None:
-                gate.shut()
-                later(seconds, gate.open)
-
-            return go
-
-        def cloud(seconds: float, **faults: Any) -> Callable[[], None]:
-            def go() -> None:
-                until = datetime.now(UTC) + timedelta(seconds=seconds)
-                self.clouds.set_faults(
-                    **{k: (until if v == "until" else v) for k, v in faults.items()}
-                )
-                if "failure_rate" in faults:
-                    later(seconds, lambda: self.clouds.set_faults(failure_rate=0.0))
-
-            return go
-
-        return {
-            "kill_leader": kill("leader"),
-            "kill_follower": kill("follower"),
-            "pause_leader_past_lease": pause_leader,
-            "database_refuses": cut(self.db_gate, 5),
-            "apiserver_paused": pause(self.onprem_proc, 4),
-            "remote_unreachable_briefly": cut(self.remote_gate, 3),
-            "remote_unreachable_past_grace": cut(
-                self.remote_gate, REMOTE_GRACE.total_seconds() + 5
-            ),
-            "launches_fail": cloud(15, failure_rate=0.7),
-            "capacity_refused": cloud(10, capacity_refused_until="until"),
-            "throttled": cloud(6, throttled_until="until", retry_after_s=2.0),
-            "slow_launches": cloud(15, slow_until="until", slow_factor=8.0),
-            "spot_interruption": self._interrupt,
-            "pool_deleted_out_of_band": self._delete_out_of_band,
-        }
-
-    def _provider(self, target: str) -> SimProvider:
-        cloud, region = ("aws", "eu-central-1") if target == "sim-aws" else ("gcp", "europe-west4")
-        return SimProvider(
-            self.clouds,
-            target=target,
-            cloud=cloud,  # type: ignore[arg-type]
-            region=region,
-            offers=lambda: [],
-            kube=self.remote,  # as an operator would, from outside the gate
-        )
-
-    def _ours(self, spot: bool = False) -> list[tuple[str, str]]:
-        return [
-            (p["target"], p["spec"]["name"])
-            for p in self.checker.cloud().get("pools", [])
-            if p["tags"].get("burst.dev/owner") == INSTALLATION
-            and not p["deleted"]
-            and (not spot or p["spec"]["offer"]["capacity"] == "spot")
-        ]
-
-    def _interrupt(self) -> None:
-        pools = self._ours(spot=True)
-        if pools:
-            target, name = self.rng.choice(pools)
-            self._provider(target).interrupt(name)
-
-    def _delete_out_of_band(self) -> None:
-        pools = self._ours()
-        if pools:
-            target, name = self.rng.choice(pools)
-            self._provider(target).delete_pool(name, by="operator")
-
-    def _foreign_pool(self) -> None:
-        """Another installation's pool, named like ours: burst must never touch it."""
-        offer = OfferKey("aws", "eu-central-1", "p3.2xlarge", "on-demand", "V100", 1)
-        spec = PoolSpec(
-            name=f"{INSTALLATION}-pool-x",
-            offer=offer,
-            nodes=1,
-            owner="soak-other",
-            policy="x",
-            epoch=1,
-        )
-        self._provider("sim-aws").create_pool(spec, "other-token")
+        return faults.kinds(self)
 
     def _inject(self) -> None:
         kinds = self.faults()
@@ -402,7 +287,7 @@ class Soak:
         with self.up():
             local = KubeObjects(self.local)
             feed.prepare(local, self.secret)
-            self._foreign_pool()
+            faults.foreign_pool(self)
             threads = [
                 threading.Thread(target=self._supervise, daemon=True),
                 threading.Thread(target=self._inject, daemon=True),
@@ -454,7 +339,7 @@ class Soak:
                 active = db.execute(
                     text("SELECT COUNT(*) FROM workloads WHERE state IN ('planned', 'dispatched')")
                 ).scalar_one()
-            if not active and not self._ours():
+            if not active and not faults.ours(self):
                 return round(time.monotonic() - start, 1)
             time.sleep(1.0)
         return None

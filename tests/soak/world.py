@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -22,6 +23,9 @@ from kubernetes import client
 from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).parents[2]
+INSTALLATION = "soak"
+LEASE_S = 3  # the replicas' Lease duration
+REMOTE_GRACE = timedelta(seconds=15)  # graces.remoteCluster
 
 
 class Gate:
