@@ -367,8 +367,13 @@ def _html(data: dict[str, Any]) -> str:
         f"<h1>{title}</h1><p>{data['jobs']} jobs, on-prem {html.escape(str(data['onprem_gpus']))}, "
         f"seed {data['seed']}, deadline slack {html.escape(data['deadline_slack'])}. Lower bound "
         f"on cloud cost: {data['lower_bound']['cost']:,.2f} {cur}.</p>"
-        f"<table><tr>{head}</tr>{rows}</table><h2>Cost as a multiple of the lower bound</h2>"
-        f"{_bars(data)}"
+        f"<table><tr>{head}</tr>{rows}</table>"
+        + (
+            f"<h2>Cost as a multiple of the lower bound</h2>{_bars(data)}"
+            if any(p["ratio_to_bound"] is not None for p in data["policies"])
+            else "<p>The lower bound is 0 (every deadline could be met without a cloud), so no "
+            "cost is a multiple of it: no chart.</p>"
+        )
         + (
             f"<h2>Cost against mean job completion time (sweep)</h2>{_curves(data)}"
             if data.get("sweep")

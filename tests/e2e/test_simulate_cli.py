@@ -44,14 +44,18 @@ def test_burst_and_the_baselines_on_openb_the_same_twice() -> None:
     assert sum(spend) == pytest.approx(by_name["burst"]["cost"], abs=0.05)
 
 
-def test_the_html_report_draws_the_bound_ratios_and_the_sweep(tmp_path: Path) -> None:
+def test_the_html_report_draws_the_sweep_and_only_charts_with_data(tmp_path: Path) -> None:
     out = tmp_path / "openb.html"
     done = simulate(
         "--trace", "openb", "-c", CONFIG, "--sweep", "--format", "html", "--out", str(out)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     page = out.read_text()
-    assert page.count("<svg") == 2 and page.count('class="curve"') == 3  # burst and two baselines
+    assert page.count('class="curve"') == 3  # the sweep: burst and two baselines
+    # At these deadlines the lower bound is 0: no empty chart under its heading, a sentence.
+    plain = simulate("--trace", "openb", "-c", CONFIG, "--format", "json")
+    assert json.loads(plain.stdout)["lower_bound"]["cost"] == 0
+    assert page.count("<svg") == 1 and "The lower bound is 0" in page
 
 
 def test_bad_input_is_named(tmp_path: Path) -> None:
