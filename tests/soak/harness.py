@@ -11,6 +11,7 @@ that a trace's two weeks pass in 28 minutes.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import secrets
 import subprocess
@@ -125,6 +126,7 @@ class Report:
     workloads: dict[str, int] = field(default_factory=dict)
     pools: int = 0
     drained_s: float | None = None
+    latency: dict[str, Any] = field(default_factory=dict)  # see decision_latency()
     seconds: float = 0.0
 
 
@@ -405,11 +407,56 @@ class Soak:
         self.report.violations = dict(self.checker.violations)
         self.report.examples = {k: v for k, v in self.checker.examples.items() if v}
         self.report.checks = self.checker.checks
+        self.report.latency = decision_latency(self.engine, self.local)
         with self.engine.connect() as db:
             self.report.workloads = dict(
                 db.execute(text("SELECT state, COUNT(*) FROM workloads GROUP BY state")).all()
             )
             self.report.pools = db.execute(text("SELECT COUNT(*) FROM pools")).scalar_one()
+
+
+def decision_latency(engine: Any, local: Any) -> dict[str, Any]:
+    """From each burst job's creation (its creationTimestamp, to the second) to its first
+    dispatch being planned: quantiles in seconds over every job that burst."""
+    created = {}
+    for kind in ("jobs", "pytorchjobs"):
+        if kind == "jobs":
+            answer = client.BatchV1Api(local).list_job_for_all_namespaces(_preload_content=False)
+        else:
+            answer = client.CustomObjectsApi(local).list_cluster_custom_object(
+                "kubeflow.org", "v1", kind, _preload_content=False
+            )
+        for item in json.loads(answer.data)["items"]:
+            meta = item["metadata"]
+            created[meta["uid"]] = datetime.fromisoformat(meta["creationTimestamp"])
+    with engine.connect() as db:
+        planned = db.execute(
+            text(
+                "SELECT w.uid, MIN(d.created_at) FROM workloads w "
+                "JOIN dispatches d ON d.workload_id = w.id GROUP BY w.uid"
+            )
+        ).all()
+    waits = sorted(
+        (_utc(at) - created[uid]).total_seconds() for uid, at in planned if uid in created
+    )
+    return _quantiles(waits)
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def _quantiles(values: list[float]) -> dict[str, float | int]:
+    if not values:
+        return {"n": 0}
+    pick = lambda q: round(values[min(len(values) - 1, int(q * len(values)))], 1)  # noqa: E731
+    return {
+        "n": len(values),
+        "p50": pick(0.5),
+        "p90": pick(0.9),
+        "p99": pick(0.99),
+        "max": round(values[-1], 1),
+    }
 
 
 def lives(samples: list[tuple[float, str, int, float]]) -> list[dict[str, Any]]:
