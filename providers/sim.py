@@ -28,6 +28,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from urllib3.exceptions import HTTPError
+
 from burst.clock import Clock
 from burst.cloud.provider import (
     CapacityUnavailable,
@@ -385,7 +387,7 @@ class SimProvider:
         except ApiException as exc:
             if exc.status != 409:  # 409: registered by a process killed before it wrote so
                 return
-        except OSError:  # urllib3's connection errors included
+        except (OSError, HTTPError):  # the cluster unreachable: urllib3's errors
             return
         node.registered = True
 
@@ -409,7 +411,7 @@ class SimProvider:
             except ApiException as exc:
                 if exc.status != 404:
                     return
-            except OSError:
+            except (OSError, HTTPError):
                 return
             self.world.stale_nodes.remove(name)
 

@@ -103,3 +103,31 @@ def test_the_state_round_trips_exactly(tmp_path: Path) -> None:
     again = SimCloud(clock, state=state)
     with again.shared():
         assert json.dumps(sim_state.dump(again)) == text
+
+
+def test_nodes_that_cannot_reach_their_cluster_join_later_and_the_cloud_still_answers(
+    tmp_path: Path,
+) -> None:
+    """A node registration that met an unreachable cluster raised urllib3's MaxRetryError out
+    of get_pool: the cloud call failed (and burst's pass with it) for as long as the cluster was
+    cut off (seen in the soak)."""
+    from kubernetes import client
+
+    from tests.soak.world import free_port
+
+    clock, state = FakeClock(), tmp_path / "cloud.json"
+    closed = client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{free_port()}"))
+    world = SimCloud(clock, seed=1, settings=SimSettings(speed=60.0), state=state)
+    cloud = SimProvider(
+        world,
+        target="aws-t",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: [],
+        kube=closed,
+    )
+    cloud.create_pool(spec("p", nodes=1), "tok")
+    clock.advance(timedelta(hours=1))
+    assert cloud.get_pool("p").phase == "ready"  # the cloud's word, without the cluster
+    assert not json.loads(state.read_text())["pools"][0]["nodes"][0]["registered"]
+    closed.close()
