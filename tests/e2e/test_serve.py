@@ -24,6 +24,7 @@ from burst.sandbox import Sandbox
 from burst.store import database
 from burst.store.tables import Leadership
 from tests.conftest import ROOT, burst_cli, wait_for
+from tests.soak.world import kubeconfig
 
 SERVICE = """\
 apiVersion: burst.dev/v1
@@ -175,15 +176,6 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _kubeconfig(path: Path, server: str) -> Path:
-    path.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        f"clusters: [{{name: c, cluster: {{server: '{server}'}}}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
-    )
-    return path
-
-
 @pytest.mark.parametrize(
     ("on_prem", "said"),
     [
@@ -197,7 +189,7 @@ def test_serve_says_in_one_line_what_keeps_it_from_starting(
     tmp_path: Path, on_prem: str, said: str
 ) -> None:
     """A config that could not reach its cluster ended in a kubernetes ConfigException traceback."""
-    closed = _kubeconfig(tmp_path / "closed", f"http://127.0.0.1:{free_port()}")
+    closed = kubeconfig(tmp_path / "closed", f"http://127.0.0.1:{free_port()}")
     text = SERVICE.replace("onPrem: {{kubeconfig: {onprem}}}", f"onPrem: {on_prem}")
     config_dir = tmp_path / "config"
     config_dir.mkdir()

@@ -350,31 +350,25 @@ class Soak:
         texts = [r.log.read_text(errors="replace") for r in self.replicas.values()]
         skipped: set[str] = set()
         for port in self.ports.values():
-            with contextlib.suppress(Exception):
-                plan = urllib3.request(
-                    "GET",
-                    f"http://127.0.0.1:{port}/api/v1/plan",
-                    headers={"Authorization": f"Bearer {self.token}"},
-                    timeout=10,
-                ).json()
-                skipped |= {f"{k['namespace']}/{k['name']}" for k in plan.get("skips") or []}
-        for port in self.ports.values():
             for path in (
-                "/api/v1/workloads",
-                "/api/v1/pools",
-                "/api/v1/budgets",
-                "/api/v1/ledger",
-                "/api/v1/plan",
-                "/metrics",
+                "api/v1/workloads",
+                "api/v1/pools",
+                "api/v1/budgets",
+                "api/v1/ledger",
+                "api/v1/plan",
+                "metrics",
             ):
                 with contextlib.suppress(Exception):
                     answer = urllib3.request(
                         "GET",
-                        f"http://127.0.0.1:{port}{path}",
+                        f"http://127.0.0.1:{port}/{path}",
                         headers={"Authorization": f"Bearer {self.token}"},
                         timeout=10,
                     )
                     texts.append(answer.data.decode(errors="replace"))
+                    if path == "api/v1/plan":
+                        skips = answer.json().get("skips") or []
+                        skipped |= {f"{k['namespace']}/{k['name']}" for k in skips}
         month = datetime.now(UTC).strftime("%Y-%m")
         report = subprocess.run(
             [
