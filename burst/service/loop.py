@@ -41,7 +41,7 @@ from burst.money import ledger
 from burst.service import logs
 from burst.service.intents import Intents
 from burst.service.remote import CLUSTER_ERRORS, Outcomes, RemoteSteps
-from burst.service.teardown import Teardown
+from burst.service.teardown import LIVE_STATES, Teardown
 from burst.store import database
 from burst.store.tables import Dispatch as DispatchRow
 from burst.store.tables import Pool, Workload
@@ -150,7 +150,9 @@ class Reconciler:
             self.teardown.meter_live(s)
             report = PassReport(Plan())
             self.remote.dispatch_ready(s, report.outcomes)
-            self.remote.follow(s, report.outcomes)
+            lost = [t for t in self.targets if self.remote.health.lost(t)]
+            self.remote.follow(s, report.outcomes)  # requeues the jobs of the lost
+            self._let_lost_clusters_go(s, lost)
             report.plan = self._plan(s)
             refused = self._act(s, report.plan)
             # A pool refused for capacity backs its offer off at once; plan again in this pass,
@@ -162,6 +164,16 @@ class Reconciler:
                 report.plan = self._plan(s)
                 refused = self._act(s, report.plan)
             return report
+
+    def _let_lost_clusters_go(self, s: Session, lost: list[str]) -> None:
+        """A cloud cluster silent past its grace has had its jobs requeued on-prem: its pools
+        are deleted through the cloud's own API (another way in), so that no copy keeps running
+        there beside its requeued job, and nothing is paid for nodes burst cannot use."""
+        for target in lost:
+            for name in s.scalars(
+                select(Pool.name).where(Pool.target == target, Pool.state.in_(LIVE_STATES))
+            ).all():
+                self.teardown.delete_pool(s, name, f"{target}'s cluster stopped answering")
 
     def _budget_views(self, s: Session) -> tuple[BudgetView, ...]:
         now = self.clock.now()

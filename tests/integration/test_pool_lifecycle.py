@@ -26,6 +26,7 @@ from burst.store import database
 from burst.store.tables import LedgerEntry, Pool, Workload
 from providers.sim import SimCloud, SimProvider, SimSettings
 from tests.conftest import ROOT, wait_for
+from tests.soak.world import Gate
 
 SHIPPED = catalog.shipped()
 
@@ -183,4 +184,76 @@ def test_a_pool_that_never_came_up_is_charged_for_its_nodes_until_let_go(
         assert abs(charged - billed * offer.hourly.micros / 3600) <= 2, (charged, billed)
     finally:
         observer.stop()
+        engine.dispose()
+
+
+def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twice(
+    kube: Any, tmp_path: Path
+) -> None:
+    """Its jobs were requeued on-prem while their copies kept running on its nodes, which the
+    cloud's API could still delete: the soak saw a job run on-prem and in the cloud at once."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    cluster = Sandbox(clock=clock, tick=0.01).start()
+    gate = Gate(int(cluster.url.rsplit(":", 1)[1]))  # the way to the cloud cluster, cut below
+    remote = KubeObjects(
+        client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{gate.port}"))
+    )
+    world = SimCloud(clock, settings=SimSettings())
+    provider = SimProvider(
+        world,
+        target="sim-aws",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: list(SHIPPED),
+        kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
+    )
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    sessions = database.sessions(engine)
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.core.create_namespaced_secret(
+        "cms-ml", {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "v"}}
+    )
+    job = job_manifest("far", 1, deadline="4h", seconds=3600)
+    local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler_for(
+            cfg,
+            SHIPPED,
+            clock,
+            sessions,
+            observer,
+            kube,
+            {"sim-aws": remote.api},
+            {"sim-aws": provider},
+        )
+
+        def state() -> str | None:
+            with sessions() as s:
+                return s.scalar(select(Workload.state))
+
+        def passes_until(done: Any) -> None:
+            def once() -> Any:
+                clock.advance(timedelta(seconds=30))
+                loop.run_once()
+                return done()
+
+            wait_for(once, timeout=60, every=0.05)
+
+        passes_until(lambda: state() == "dispatched")
+        gate.shut()
+        passes_until(lambda: state() == "requeued")  # once silent past its grace
+        with sessions() as s:
+            (pool,) = s.scalars(select(Pool)).all()
+            assert pool.state == "deleted" and "stopped answering" in (pool.state_reason or "")
+        assert provider.list_pools(cfg.service.spec.installation_id) == []  # type: ignore[union-attr]
+    finally:
+        gate.close()
+        observer.stop()
+        cluster.stop()
         engine.dispose()

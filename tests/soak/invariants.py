@@ -3,9 +3,9 @@ simulated clouds' state file and the database, while the service runs (`tick`, e
 two) and once it has drained (`final`). Each broken promise is counted with an example; the soak
 passes only with every count at zero.
 
-- `two_copies`: a workload with two unfinished copies in the cloud cluster, or a running copy
-  while its on-prem original runs, on two looks in a row (one look may fall between a requeue's
-  deletion of the copy and the original's resumption).
+- `two_copies`: a workload with two copies in the cloud cluster that have a pod Running, or one
+  while its on-prem original has a pod Running, on two looks in a row (one look may fall between
+  a requeue's deletion of the copy and the original's resumption).
 - `copy_created_twice`: one copy name (one workload and attempt) seen with two object uids on
   the checker's looks.
 - `work_lost_to_burst`: a copy's pod ended NodeLost on a node that burst itself removed (a pool
@@ -103,6 +103,7 @@ class Checker:
             self._ledger_rows(db)
 
     def _copies(self) -> None:
+        remote_running = _running(self.remote)
         copies = _items(client.BatchV1Api(self.remote).list_job_for_all_namespaces)
         copies += _items(
             lambda **kw: client.CustomObjectsApi(self.remote).list_cluster_custom_object(
@@ -118,7 +119,7 @@ class Checker:
                 self._broken("copy_created_twice", key)
                 self._copy_uids[key] = meta["uid"]
             origin = (meta.get("labels") or {}).get(ORIGIN_UID)
-            if origin and not _finished(c) and not meta.get("deletionTimestamp"):
+            if origin and key in remote_running and not _finished(c):
                 running[origin].append(key)
         originals = _items(client.BatchV1Api(self.local).list_job_for_all_namespaces)
         originals += _items(
@@ -127,10 +128,11 @@ class Checker:
             )
         )
         suspect = {uid for uid, keys in running.items() if len(keys) > 1}
+        local_running = _running(self.local)
         for o in originals:
-            uid = o["metadata"]["uid"]
-            if uid in running and (o.get("status") or {}).get("active"):
-                suspect.add(uid)
+            meta = o["metadata"]
+            if meta["uid"] in running and f"{meta['namespace']}/{meta['name']}" in local_running:
+                suspect.add(meta["uid"])
         for uid in suspect & self._suspect:
             self._broken("two_copies", f"{uid}: {running.get(uid)}")
         self._suspect = suspect
@@ -310,6 +312,23 @@ class Checker:
 def _items(call: Any) -> list[dict[str, Any]]:
     response = call(_preload_content=False)
     return list(json.loads(response.data).get("items") or [])
+
+
+def _running(api: Any) -> set[str]:
+    """namespace/name of every Job and PyTorchJob with a pod Running (by the labels their
+    controllers give their pods)."""
+    found = set()
+    for pod in _items(client.CoreV1Api(api).list_pod_for_all_namespaces):
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        owner = labels.get("batch.kubernetes.io/job-name") or labels.get(
+            "training.kubeflow.org/job-name"
+        )
+        if owner:
+            found.add(f"{meta['namespace']}/{owner}")
+    return found
 
 
 def _finished(obj: dict[str, Any]) -> bool:

@@ -93,6 +93,18 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
         remote.ensure_namespace("ml")
         remote.batch.create_namespaced_job("ml", job("one", "uid-1"), _preload_content=False)
         remote.batch.create_namespaced_job("ml", job("two", "uid-1"), _preload_content=False)
+        for name in ("one", "two"):  # each with a pod running
+            pod = {
+                "metadata": {
+                    "name": f"{name}-pod",
+                    "labels": {"batch.kubernetes.io/job-name": name},
+                },
+                "spec": {"containers": [{"name": "c", "image": "registry.cern.ch/x:1"}]},
+            }
+            remote.core.create_namespaced_pod("ml", pod, _preload_content=False)
+            remote.core.patch_namespaced_pod_status(
+                f"{name}-pod", "ml", {"status": {"phase": "Running"}}
+            )
         checker.tick()
         # A copy deleted and created again under its name (between two looks).
         remote.batch.delete_namespaced_job("one", "ml", propagation_policy="Background")
