@@ -108,6 +108,7 @@ class Settings:
     fault_every: float = 12.0  # seconds between faults
     drain: float = 150.0
     speed: float = 120.0  # launches: minutes of the latency model become half-seconds
+    longest: int = 2 * 86400  # trace seconds a run is capped at (feed.jobs)
     kills: bool = True  # False: no replica killed or paused (to watch one process's memory)
 
 
@@ -283,7 +284,11 @@ class Soak:
             self.settings.jobs,
         )
         jobs = feed.jobs(
-            rows, compress=self.settings.compress, allowance=10, seed=self.settings.seed
+            rows,
+            compress=self.settings.compress,
+            allowance=10,
+            seed=self.settings.seed,
+            longest=self.settings.longest,
         )
         self._feeding_done = False
         with self.up():

@@ -9,7 +9,8 @@ passes only with every count at zero.
 - `copy_created_twice`: one copy name (one workload and attempt) seen with two object uids on
   the checker's looks.
 - `work_lost_to_burst`: a copy's pod ended NodeLost on a node that burst itself removed (a pool
-  deleted or shrunk under running work). Nodes reclaimed as spot or deleted out of band don't count.
+  deleted or shrunk under running work). Nodes reclaimed as spot or deleted out of band don't
+  count, nor pools burst deleted because their cluster was lost (their work was requeued first).
 - `orphan_pool`: a pool tagged with the installation alive in a cloud with no live row for longer
   than `orphan_grace` (the service's, plus its collection interval) and four passes, or any such
   pool left at the end.
@@ -139,13 +140,21 @@ class Checker:
 
     def _nodes_lost(self, cloud: dict[str, Any]) -> None:
         ended = {n["name"]: n["ended_by"] for p in cloud.get("pools", []) for n in p["gone"]}
+        with self.engine.connect() as db:  # deleted with their cluster lost: work requeued
+            lost_with = [
+                name
+                for (name,) in db.execute(
+                    text("SELECT name FROM pools WHERE state_reason LIKE '%stopped answering%'")
+                )
+            ]
         for pod in _items(client.CoreV1Api(self.remote).list_pod_for_all_namespaces):
             status, meta = pod.get("status") or {}, pod["metadata"]
             node = (pod.get("spec") or {}).get("nodeName")
             if status.get("reason") != "NodeLost" or meta["uid"] in self._lost:
                 continue
             self._lost.add(meta["uid"])
-            if ended.get(node) in ("burst", "shrunk"):
+            pool = next((p for p in lost_with if node and node.startswith(p + "-")), None)
+            if ended.get(node) in ("burst", "shrunk") and pool is None:
                 self._broken("work_lost_to_burst", f"{meta['namespace']}/{meta['name']} on {node}")
 
     def _pools(self, cloud: dict[str, Any], final: bool) -> None:
