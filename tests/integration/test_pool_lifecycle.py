@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from sqlalchemy import select
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from burst import config
 from burst.app import reconciler_for
@@ -42,6 +43,41 @@ def one_target_config(tmp_path: Path) -> config.Config:
     return config.load([tmp_path], config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()))
 
 
+def sessions_in(tmp_path: Path) -> tuple[Engine, sessionmaker[Session]]:
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    return engine, database.sessions(engine)
+
+
+def cms_ml(kube: Any, *jobs: dict[str, Any]) -> KubeObjects:
+    """The on-prem namespace with the Secret the demo's jobs read, and `jobs` created there."""
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.core.create_namespaced_secret(
+        "cms-ml", {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "v"}}
+    )
+    for job in jobs:
+        local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    return local
+
+
+def passes_until(
+    loop: Any,
+    clock: FakeClock,
+    done: Any,
+    step: timedelta = timedelta(seconds=20),
+    timeout: float = 30,
+) -> Any:
+    """Passes of `loop`, the clock moved `step` before each, until `done()` is truthy."""
+
+    def once() -> Any:
+        clock.advance(step)
+        loop.run_once()
+        return done()
+
+    return wait_for(once, timeout=timeout, every=0.05)
+
+
 def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
     kube: Any, tmp_path: Path
 ) -> None:
@@ -60,17 +96,9 @@ def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
         offers=lambda: list(SHIPPED),
         kube=remote.api,
     )
-    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
-    database.upgrade(engine)
-    sessions = database.sessions(engine)
-    local = KubeObjects(kube)
-    local.ensure_namespace("cms-ml")
-    local.core.create_namespaced_secret(
-        "cms-ml", {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "v"}}
-    )
+    engine, sessions = sessions_in(tmp_path)
     # No GPUs on-prem: every job goes to the cloud.
-    first = job_manifest("first", 1, deadline="4h", seconds=3600)
-    local.batch.create_namespaced_job("cms-ml", first, _preload_content=False)
+    local = cms_ml(kube, job_manifest("first", 1, deadline="4h", seconds=3600))
     observer = Observer(kube, clock).start()
     try:
         assert observer.wait_synced()
@@ -86,32 +114,27 @@ def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
             {"sim-aws": provider},
         )
 
-        def passes_until(done: Any, step: timedelta = timedelta(seconds=20)) -> None:
-            def once() -> Any:
-                clock.advance(step)
-                loop.run_once()
-                return done()
-
-            wait_for(once, timeout=30, every=0.05)
-
         def states() -> dict[str, str]:
             with sessions() as s:
                 return {w.name: w.state for w in s.scalars(select(Workload))}
 
-        passes_until(lambda: states().get("first") == "dispatched")
+        passes_until(loop, clock, lambda: states().get("first") == "dispatched")
         # The pool has been up longer than its launch timeout (3 x 10 min), within its lifetime.
         clock.advance(timedelta(minutes=40))
         second = job_manifest("second", 1, deadline="4h", seconds=60)
         local.batch.create_namespaced_job("cms-ml", second, _preload_content=False)
         wait_for(lambda: len(observer.workloads()) == 2)
-        passes_until(lambda: states().get("second") == "dispatched")
+        passes_until(loop, clock, lambda: states().get("second") == "dispatched")
         with sessions() as s:
             pools = [(p.name, p.state, p.state_reason) for p in s.scalars(select(Pool))]
             assert len(pools) == 1, pools
             (pool,) = s.scalars(select(Pool)).all()
             assert pool.state in ("ready", "resizing") and pool.nodes_desired == 2
         passes_until(
-            lambda: states() == {"first": "succeeded", "second": "succeeded"}, timedelta(minutes=1)
+            loop,
+            clock,
+            lambda: states() == {"first": "succeeded", "second": "succeeded"},
+            timedelta(minutes=1),
         )
         with sessions() as s:
             (pool,) = s.scalars(select(Pool)).all()
@@ -136,13 +159,8 @@ def test_a_pool_that_never_came_up_is_charged_for_its_nodes_until_let_go(
     provider = SimProvider(
         world, target="sim-aws", cloud="aws", region="eu-central-1", offers=lambda: list(SHIPPED)
     )
-    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
-    database.upgrade(engine)
-    sessions = database.sessions(engine)
-    local = KubeObjects(kube)
-    local.ensure_namespace("cms-ml")
-    job = job_manifest("doomed", 2, deadline="4h", seconds=3600)
-    local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    engine, sessions = sessions_in(tmp_path)
+    cms_ml(kube, job_manifest("doomed", 2, deadline="4h", seconds=3600))
     observer = Observer(kube, clock).start()
     try:
         assert observer.wait_synced()
@@ -155,12 +173,7 @@ def test_a_pool_that_never_came_up_is_charged_for_its_nodes_until_let_go(
             with sessions() as s:
                 return list(s.scalars(select(Pool).where(Pool.state == "failed")))
 
-        def once() -> Any:
-            clock.advance(timedelta(seconds=20))
-            loop.run_once()
-            return failed()
-
-        (pool,) = wait_for(once, timeout=30, every=0.05)[:1]
+        (pool,) = passes_until(loop, clock, failed)[:1]
         (cloud,) = [
             p for p in json.loads(state.read_text())["pools"] if p["spec"]["name"] == pool.name
         ]
@@ -208,16 +221,8 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
         offers=lambda: list(SHIPPED),
         kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
     )
-    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
-    database.upgrade(engine)
-    sessions = database.sessions(engine)
-    local = KubeObjects(kube)
-    local.ensure_namespace("cms-ml")
-    local.core.create_namespaced_secret(
-        "cms-ml", {"metadata": {"name": "wandb-api-key"}, "stringData": {"k": "v"}}
-    )
-    job = job_manifest("far", 1, deadline="4h", seconds=3600)
-    local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    engine, sessions = sessions_in(tmp_path)
+    cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
     observer = Observer(kube, clock).start()
     try:
         assert observer.wait_synced()
@@ -237,17 +242,10 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
             with sessions() as s:
                 return s.scalar(select(Workload.state))
 
-        def passes_until(done: Any) -> None:
-            def once() -> Any:
-                clock.advance(timedelta(seconds=30))
-                loop.run_once()
-                return done()
-
-            wait_for(once, timeout=60, every=0.05)
-
-        passes_until(lambda: state() == "dispatched")
-        gate.shut()
-        passes_until(lambda: state() == "requeued")  # once silent past its grace
+        thirty = timedelta(seconds=30)
+        passes_until(loop, clock, lambda: state() == "dispatched", thirty, timeout=60)
+        gate.shut()  # silent past its grace: requeued
+        passes_until(loop, clock, lambda: state() == "requeued", thirty, timeout=60)
         with sessions() as s:
             (pool,) = s.scalars(select(Pool)).all()
             assert pool.state == "deleted" and "stopped answering" in (pool.state_reason or "")
