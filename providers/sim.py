@@ -374,7 +374,8 @@ class SimProvider:
 
     def _register(self, pool: _Pool, node: _Node) -> None:
         """The node joins the cluster; one that cannot reach it yet joins on a later look, as a
-        kubelet keeps trying."""
+        kubelet keeps trying (kubernetes pkg/kubelet/kubelet_node_status.go:
+        registerWithAPIServer retries with a growing back-off until the Node is created)."""
         if self._kube is None:
             node.registered = True
             return
@@ -393,7 +394,8 @@ class SimProvider:
 
     def _deregister(self, node: _Node) -> None:
         """The node leaves the cluster; if the cluster cannot be told now, it is told later (as
-        the cloud's node lifecycle controller removes the Node of a gone instance)."""
+        the cloud's node lifecycle controller removes the Node of a gone instance: "Cloud
+        Controller Manager", kubernetes.io/docs/concepts/architecture/cloud-controller/)."""
         if not node.registered:
             return
         node.registered = False
