@@ -25,7 +25,7 @@ from burst.decide.wording import usd
 from burst.model import Action, CreatePool, OfferKey, ResizePool, Workload
 
 
-@dataclass
+@dataclass(slots=True)
 class OpenPool:
     """A pool workloads can be placed in during this plan: an existing one or one planned here."""
 
@@ -189,6 +189,10 @@ def _by_gpu_price(now: datetime) -> Callable[[OpenPool], tuple[object, ...]]:
     return key
 
 
+def _opened(p: OpenPool) -> int:
+    return p.seq
+
+
 def _by_node_price(p: OpenPool) -> tuple[object, ...]:
     # Pools of one price and launch time follow each other by name.
     return (p.hourly_micros, p.launch, p.name, p.seq)
@@ -201,11 +205,16 @@ class PolicyPools:
     def __init__(self, now: datetime) -> None:
         self.now = now
         self.opened: list[OpenPool] = []
+        # The pools opened, by what a kind of request admits them by: target, GPU, on spot. A
+        # kind reads the groups it admits, not every pool (a policy may have a thousand).
+        self.groups: dict[tuple[str, str, bool], list[OpenPool]] = {}
         self.kinds: dict[tuple[str | None, bool], EligiblePools] = {}
         self._orders: tuple[list[OpenPool], list[OpenPool]] | None = None
 
     def open(self, pool: OpenPool) -> None:
         self.opened.append(pool)
+        key = (pool.target.name, pool.offer.accelerator, pool.offer.capacity == "spot")
+        self.groups.setdefault(key, []).append(pool)
         self._orders = None
         for eligible in self.kinds.values():
             if eligible.admits(pool):
@@ -224,7 +233,12 @@ class PolicyPools:
             allowed = frozenset(allowed_accelerators(policy, request, catalog))
             targets = frozenset(policy.spec.placement.targets)
             found = EligiblePools(targets, allowed, spot_ok, self.now)
-            found.fill(self.opened, *self._orders)
+            admitted = [
+                group
+                for (target, accelerator, spot), group in self.groups.items()
+                if target in targets and accelerator in allowed and (spot_ok or not spot)
+            ]
+            found.fill(admitted, *self._orders)
             self.kinds[(request, spot_ok)] = found
         return found
 
@@ -263,14 +277,22 @@ class EligiblePools:
         )
 
     def fill(
-        self, opened: list[OpenPool], by_gpu_price: list[OpenPool], by_node_price: list[OpenPool]
+        self,
+        groups: list[list[OpenPool]],
+        by_gpu_price: list[OpenPool],
+        by_node_price: list[OpenPool],
     ) -> None:
-        """Every pool it admits, from the policy's pools in the order opened and in both orders."""
-        self.pools = [p for p in opened if self.admits(p)]
+        """Every pool it admits, from the groups of the policy's pools it admits (each in the order
+        opened) and the policy's pools in both orders."""
+        self.pools = sorted((p for group in groups for p in group), key=_opened)
         self.interruptible = [p for p in self.pools if p.offer.gpus >= 1 and p.interruptible]
-        mine = {p.seq for p in self.pools if not p.interruptible}
-        self._priced = [p for p in by_gpu_price if p.seq in mine]
-        self._growable = [p for p in by_node_price if p.seq in mine and not p.unavailable]
+        mine = {p.seq for p in self.pools if p.offer.gpus >= 1 and not p.interruptible}
+        if len(mine) == len(by_gpu_price):  # it admits them all: the orders are its own
+            self._priced, self._growable = list(by_gpu_price), list(by_node_price)
+        else:
+            self._priced = [p for p in by_gpu_price if p.seq in mine]
+            self._growable = [p for p in by_node_price if p.seq in mine]
+        self._growable = [p for p in self._growable if not p.unavailable]
         self.fastest_launch = min((p.launch for p in self._growable), default=None)
 
     def add(self, pool: OpenPool) -> None:
