@@ -5,6 +5,7 @@ Read by the watch (GPU, CPU and memory requests, quotas) and by the sandbox's sc
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 _SUFFIXES = {
@@ -20,12 +21,20 @@ _SUFFIXES = {
 }
 
 
+_LONGEST_FIRST = tuple(sorted(_SUFFIXES.items(), key=lambda item: len(item[0]), reverse=True))
+
+
 def quantity(value: Any) -> float:
     """A quantity as a number (bytes for memory, cores for CPU); None and "" are 0."""
     if value is None or value == "":
         return 0.0
-    text = str(value).strip()
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+    return _parsed(str(value))
+
+
+@lru_cache(maxsize=4096)  # a cluster's requests repeat a few strings ("1", "16Gi") many times
+def _parsed(value: str) -> float:
+    text = value.strip()
+    for suffix, factor in _LONGEST_FIRST:
         if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * _SUFFIXES[suffix]
+            return float(text[: -len(suffix)]) * factor
     return float(text)

@@ -119,14 +119,17 @@ class ControlPlane(WorkloadControllers):
         pending.sort(key=lambda p: (_meta(p).get("creationTimestamp", ""), _meta(p)["name"]))
         for pod in pending:
             wanted = pod_requests(pod)
-            reasons: dict[str, int] = {}
-            chosen = None
-            for node in nodes:
-                why = _unfit(pod, node, wanted, free.get(_meta(node)["name"], {}))
-                if why is None:
-                    chosen = node
-                    break
-                reasons[why] = reasons.get(why, 0) + 1
+            # Only a node with the room can take the pod: the others' reasons are counted only
+            # when no node takes it (the message names them all).
+            chosen = next(
+                (
+                    node
+                    for node in nodes
+                    if _room(wanted, free.get(_meta(node)["name"], {}))
+                    and _unfit(pod, node, wanted, free.get(_meta(node)["name"], {})) is None
+                ),
+                None,
+            )
             meta = _meta(pod)
             if chosen is not None:
                 name = _meta(chosen)["name"]
@@ -137,6 +140,11 @@ class ControlPlane(WorkloadControllers):
                 for k, v in wanted.items():
                     free[name][k] = free[name].get(k, 0.0) - v
                 continue
+            reasons: dict[str, int] = {}
+            for node in nodes:
+                why = _unfit(pod, node, wanted, free.get(_meta(node)["name"], {}))
+                if why is not None:
+                    reasons[why] = reasons.get(why, 0) + 1
             detail = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
             message = f"0/{len(nodes)} nodes are available" + (f": {detail}." if detail else ".")
             conditions = (pod.get("status") or {}).get("conditions") or []
@@ -299,6 +307,12 @@ def _expression_ok(expr: dict[str, Any], labels: dict[str, str]) -> bool:
     return False
 
 
+def _room(wanted: dict[str, float], free: dict[str, float]) -> bool:
+    return all(
+        amount <= 0 or free.get(name, 0.0) + 1e-9 >= amount for name, amount in wanted.items()
+    )
+
+
 def _unfit(pod: Obj, node: Obj, wanted: dict[str, float], free: dict[str, float]) -> str | None:
     """Why `pod` cannot go on `node` (the scheduler's reason text), or None if it fits."""
     spec = pod.get("spec") or {}
@@ -330,6 +344,6 @@ def _unfit(pod: Obj, node: Obj, wanted: dict[str, float], free: dict[str, float]
             key, value = taint.get("key"), taint.get("value", "")
             return f"node(s) had untolerated taint {{{key}: {value}}}"
     for name, amount in sorted(wanted.items()):
-        if amount > 0 and free.get(name, 0.0) + 1e-9 < amount:
+        if not _room({name: amount}, free):
             return f"Insufficient {name}"
     return None
