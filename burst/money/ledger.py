@@ -21,7 +21,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, select, update
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from burst.amounts import CurrencyError, Money
@@ -267,32 +267,50 @@ def spent(
 
 
 def held(session: Session, budget: str, start: datetime, end: datetime) -> dict[str, int]:
-    """What the budget's reservations made in the period still hold, per currency: each one less
-    what its workload has been charged since it was made (its spend counts once, as posted).
-    One statement: the charges come from a correlated subquery on the ledger's workload index."""
-    charged = (
-        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
-        .where(
-            LedgerEntry.workload_uid == Workload.uid,
-            LedgerEntry.currency == BudgetReservation.currency,
-            LedgerEntry.period_end > BudgetReservation.created_at,
+    """What the budget's reservations made in the period still hold, per currency: what the held
+    reservations of one workload on one pool set aside, less what that workload has been charged
+    on that pool since the first of them (its spend counts once, as posted). A run on another
+    pool, or an earlier run on this one posted late, takes nothing off: those charges are spent
+    already, and a reservation that also subtracted them let the budget be passed. One
+    statement: the charges come from a correlated subquery on the ledger's workload index."""
+    groups = (
+        select(
+            BudgetReservation.workload_id,
+            BudgetReservation.pool_id,
+            BudgetReservation.currency,
+            func.sum(BudgetReservation.amount_micros).label("amount"),
+            func.min(BudgetReservation.created_at).label("since"),
         )
-        .correlate(Workload, BudgetReservation)
-        .scalar_subquery()
-    )
-    rows = session.execute(
-        select(BudgetReservation.amount_micros, BudgetReservation.currency, charged)
-        .outerjoin(Workload, Workload.id == BudgetReservation.workload_id)
         .where(
             BudgetReservation.budget == budget,
             BudgetReservation.state == "held",
             BudgetReservation.created_at >= start,
             BudgetReservation.created_at < end,
         )
+        .group_by(
+            BudgetReservation.workload_id, BudgetReservation.pool_id, BudgetReservation.currency
+        )
+        .subquery()
+    )
+    charged = (
+        select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0))
+        .where(
+            LedgerEntry.workload_uid == Workload.uid,
+            or_(groups.c.pool_id.is_(None), LedgerEntry.pool_id == groups.c.pool_id),
+            LedgerEntry.currency == groups.c.currency,
+            LedgerEntry.period_end > groups.c.since,
+        )
+        .correlate(Workload, groups)
+        .scalar_subquery()
+    )
+    rows = session.execute(
+        select(groups.c.amount, groups.c.currency, charged).outerjoin(
+            Workload, Workload.id == groups.c.workload_id
+        )
     ).all()
     out: dict[str, int] = {}
     for amount, currency, spent_since in rows:
-        out[currency] = out.get(currency, 0) + max(0, amount - int(spent_since or 0))
+        out[currency] = out.get(currency, 0) + max(0, int(amount) - int(spent_since or 0))
     return out
 
 

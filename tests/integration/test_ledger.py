@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 from burst.amounts import CurrencyError, Money
 from burst.clock import FakeClock
 from burst.money import ledger
-from burst.money.meter import PoolHistory, Use, meter
+from burst.money.meter import Charge, PoolHistory, Use, meter
 from burst.store import database
 from burst.store.tables import BudgetReservation, LedgerEntry
 
@@ -253,3 +253,68 @@ def test_budget_periods_follow_the_configured_time_zone() -> None:
         datetime(2026, 11, 1, tzinfo=UTC),
         datetime(2026, 12, 1, tzinfo=UTC),
     )
+
+
+def _pool(s, name: str) -> int:  # type: ignore[no-untyped-def]
+    from burst.store.tables import Pool
+
+    row = Pool(
+        name=name,
+        token=name,
+        target="aws",
+        provider="aws",
+        region="eu-central-1",
+        instance_type="g5.xlarge",
+        capacity="spot",
+        accelerator="A10G",
+        gpus_per_node=1,
+        nodes_desired=1,
+        policy="ml",
+        unit_price_micros=1_000_000,
+        currency="USD",
+        price_source="catalog",
+        epoch=1,
+        created_at=T0,
+        updated_at=T0,
+    )
+    s.add(row)
+    s.flush()
+    return row.id
+
+
+def test_a_workload_run_twice_has_each_charge_counted_once_against_its_budget(sessions) -> None:  # type: ignore[no-untyped-def]
+    """A run reclaimed on pool A and sent again to pool B: the charges of the first run, posted
+    when A's hour closes, are spent once, not also taken off B's reservation (the soak's hard
+    budget ended 0.9 % over with the workload's charges taken off both)."""
+    from burst.store.tables import Workload
+
+    budget = ledger.BudgetLimit("theory-day", "namespace", "theory", Money.of("10", "USD"), "day")
+    with sessions.begin() as s:
+        w = Workload(
+            uid="w1",
+            kind="Job",
+            namespace="theory",
+            name="train",
+            team="theory",
+            policy="ml",
+            gpus_per_pod=1,
+            created_at=T0,
+            updated_at=T0,
+        )
+        s.add(w)
+        s.flush()
+        a, b = _pool(s, "a"), _pool(s, "b")
+        clock = FakeClock(T0 + timedelta(minutes=5))
+        ledger.reserve(s, budget, Money.of("3", "USD"), clock, RATES, pool_id=a, workload_id=w.id)
+        clock.advance(timedelta(minutes=25))  # reclaimed at 08:20, sent again at 08:30
+        ledger.reserve(s, budget, Money.of("3", "USD"), clock, RATES, pool_id=b, workload_id=w.id)
+        context = ledger.ChargeContext(a, "ml", "aws", "eu-central-1", {"w1": "theory"}, {})
+        run = Charge(
+            "a:8:usage:w1", "a", "usage", "w1", "theory", T0, T0 + timedelta(hours=1),
+            1200, 2_000_000, "USD", 1_000_000, "catalog",
+        )  # fmt: skip
+        clock.advance(timedelta(minutes=31))  # A's hour closes: the first run is posted
+        ledger.post(s, [run], context, clock)
+    with sessions() as s:
+        # Spent 2 USD; A's reservation holds 1 more, B's all of its 3.
+        assert ledger.used(s, budget, clock.now(), RATES) == Money.of("6", "USD")
