@@ -267,12 +267,24 @@ def spent(
 
 
 def held(session: Session, budget: str, start: datetime, end: datetime) -> dict[str, int]:
-    """What the budget's reservations made in the period still hold, per currency: what the held
-    reservations of one workload on one pool set aside, less what that workload has been charged
-    on that pool since the first of them (its spend counts once, as posted). A run on another
-    pool, or an earlier run on this one posted late, takes nothing off: those charges are spent
-    already, and a reservation that also subtracted them let the budget be passed. One
-    statement: the charges come from a correlated subquery on the ledger's workload index."""
+    """What the budget's reservations made in the period still hold, per currency (`held_by_run`
+    added up)."""
+    out: dict[str, int] = {}
+    for (_, _, currency), micros in held_by_run(session, budget, start, end).items():
+        out[currency] = out.get(currency, 0) + micros
+    return out
+
+
+def held_by_run(
+    session: Session, budget: str, start: datetime, end: datetime
+) -> dict[tuple[int | None, int | None, str], int]:
+    """What the budget's reservations made in the period still hold, per (workload id, pool id,
+    currency): what the held reservations of one workload on one pool set aside, less what that
+    workload has been charged on that pool since the first of them (its spend counts once, as
+    posted). A run on another pool, or an earlier run on this one posted late, takes nothing
+    off: those charges are spent already, and a reservation that also subtracted them let the
+    budget be passed. One statement: the charges come from a correlated subquery on the
+    ledger's workload index."""
     groups = (
         select(
             BudgetReservation.workload_id,
@@ -304,14 +316,14 @@ def held(session: Session, budget: str, start: datetime, end: datetime) -> dict[
         .scalar_subquery()
     )
     rows = session.execute(
-        select(groups.c.amount, groups.c.currency, charged).outerjoin(
-            Workload, Workload.id == groups.c.workload_id
-        )
+        select(
+            groups.c.workload_id, groups.c.pool_id, groups.c.currency, groups.c.amount, charged
+        ).outerjoin(Workload, Workload.id == groups.c.workload_id)
     ).all()
-    out: dict[str, int] = {}
-    for amount, currency, spent_since in rows:
-        out[currency] = out.get(currency, 0) + max(0, int(amount) - int(spent_since or 0))
-    return out
+    return {
+        (workload, pool, currency): max(0, int(amount) - int(spent_since or 0))
+        for workload, pool, currency, amount, spent_since in rows
+    }
 
 
 @dataclass(frozen=True)

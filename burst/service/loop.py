@@ -41,6 +41,7 @@ from burst.money import ledger
 from burst.service import logs
 from burst.service.intents import Intents
 from burst.service.remote import CLUSTER_ERRORS, Outcomes, RemoteSteps
+from burst.service.spend import SpendGuard
 from burst.service.teardown import LIVE_STATES, Teardown
 from burst.store import database
 from burst.store.tables import Dispatch as DispatchRow
@@ -100,6 +101,9 @@ class Reconciler:
         self.intents = Intents(
             config=config, clock=clock, budgets=self.budgets, epoch=lambda: provisioner.epoch
         )
+        self.guard = SpendGuard(
+            config=config, clock=clock, budgets=self.budgets, remote=self.remote
+        )
         self.teardown = Teardown(
             config=config,
             clock=clock,
@@ -153,6 +157,7 @@ class Reconciler:
             lost = [t for t in self.targets if self.remote.health.lost(t)]
             self.remote.follow(s, report.outcomes)  # requeues the jobs of the lost
             self._let_lost_clusters_go(s, lost)
+            self.guard.check(s, report.outcomes)  # runs a hard budget cannot cover are stopped
             report.plan = self._plan(s)
             refused = self._act(s, report.plan)
             # A pool refused for capacity backs its offer off at once; plan again in this pass,

@@ -97,14 +97,22 @@ class ClusterSteps:
     # -- replicate --
 
     def _isolated(
-        self, s: Session, d: DispatchRow | Followed, step: str, work: Any, nested: bool = True
+        self,
+        s: Session,
+        d: DispatchRow | Followed,
+        step: str,
+        work: Any,
+        nested: bool = True,
+        asks: bool = True,
     ) -> None:
         """One dispatch's step in a savepoint: a cluster's refusal or silence fails it alone.
         Its changes are committed with others (every COMMIT_EVERY, and at the end of the step's
         loop): each step acts in the clusters before it records, so a pass that dies before the
         commit leaves work the next pass finds done and records. A step that records only after
         all its cluster calls returned (`nested=False`) has nothing to undo and needs no
-        savepoint (each one flushes the session: a thousand of them took seconds)."""
+        savepoint (each one flushes the session: a thousand of them took seconds). A step that
+        `asks` the dispatch's cluster and succeeds shows the cluster answers; one that does not
+        ask it (requeueing the jobs of a cluster that stopped answering) shows nothing."""
         try:
             with s.begin_nested() if nested else contextlib.nullcontext():
                 work()
@@ -113,7 +121,8 @@ class ClusterSteps:
             why = getattr(exc, "reason", None) or exc.__class__.__name__
             log.warning("%s of dispatch %d on %s failed: %s", step, d.id, d.target, why)
         else:
-            self.health.ok(d.target)
+            if asks:
+                self.health.ok(d.target)
         if self._changes >= COMMIT_EVERY:
             s.commit()
             self._changes = 0
@@ -283,7 +292,11 @@ class RemoteSteps(ClusterSteps):
             if self.health.lost(f.target):
                 why = f"{f.target} stopped answering"
                 self._isolated(
-                    s, f, "requeue", lambda f=f, why=why: self._requeue(s, *_load(s, f), why, out)
+                    s,
+                    f,
+                    "requeue",
+                    lambda f=f, why=why: self._requeue(s, *_load(s, f), why, out),
+                    asks=False,
                 )
             elif f.target in copies:
                 self._isolated(
@@ -369,6 +382,17 @@ class RemoteSteps(ClusterSteps):
             remote.delete(f.kind, f.remote_namespace, f.remote_name)
             why = f"its copy sat Pending over {STUCK_PENDING} on {f.target}"
             self._requeue(s, *_load(s, f), why, out)
+
+    def stop(self, s: Session, d: DispatchRow, w: Workload, why: str, out: Outcomes) -> None:
+        """Stop a running copy and requeue its workload. The copy goes first (resumed here
+        first, the job could run beside it); a cluster that does not answer leaves both to the
+        next pass."""
+
+        def work() -> None:
+            self.remotes[d.target].delete(w.kind, d.remote_namespace, d.remote_name)
+            self._requeue(s, d, w, why, out)
+
+        self._isolated(s, d, "stop", work)
 
     def _requeue(self, s: Session, d: DispatchRow, w: Workload, why: str, out: Outcomes) -> None:
         obj = self._local(w)
