@@ -27,7 +27,6 @@ from sqlalchemy.orm import Session
 from burst.amounts import CurrencyError, Money
 from burst.clock import Clock
 from burst.config import Config
-from burst.metrics import BUDGET_ALERTS
 from burst.money.chain import append
 from burst.money.meter import Charge
 from burst.store.tables import BudgetLock, BudgetReservation, Dispatch, LedgerEntry, Workload
@@ -444,17 +443,6 @@ def release(session: Session, reservation_ids: Sequence[int], clock: Clock) -> i
     return released
 
 
-def crossed(
-    used_micros: int, amount_micros: int, thresholds: Iterable[int], before_micros: int
-) -> list[int]:
-    """Alert thresholds (percent) that `used` has crossed since `before` (pure)."""
-    return [
-        t
-        for t in sorted(thresholds)
-        if before_micros * 100 < t * amount_micros <= used_micros * 100
-    ]
-
-
 def dispatched_costs(session: Session, currency: str = "USD") -> dict[str, int]:
     """What each workload with a dispatched copy has cost so far, in one grouped query."""
     running = select(Workload.uid).where(
@@ -476,44 +464,3 @@ def workload_cost(session: Session, workload_uid: str) -> dict[str, int]:
         .group_by(LedgerEntry.currency)
     )
     return {currency: int(total or 0) for currency, total in session.execute(query)}
-
-
-@dataclass(frozen=True)
-class Alert:
-    budget: str
-    threshold: int  # percent
-    used: Money
-    amount: Money
-    hard: bool
-
-    @property
-    def message(self) -> str:
-        kind = "hard" if self.hard else "soft"
-        return (
-            f"{kind} budget {self.budget}: {self.threshold}% reached ({self.used} of {self.amount})"
-        )
-
-
-def budget_alerts(
-    session: Session,
-    budgets: Iterable[tuple[BudgetLimit, Sequence[int]]],
-    now: datetime,
-    usd_rates: Mapping[str, Decimal],
-    last_seen: dict[str, int],
-) -> list[Alert]:
-    """Thresholds crossed since the last look (`last_seen`: budget -> used micros, updated here).
-
-    The caller delivers them: a log line and a metric here, an Event on the budget's running
-    workloads in the service.
-    """
-    alerts = []
-    for budget, thresholds in budgets:
-        now_used = used(session, budget, now, usd_rates)
-        before = last_seen.get(budget.name, 0)
-        for threshold in crossed(now_used.micros, budget.amount.micros, thresholds, before):
-            alert = Alert(budget.name, threshold, now_used, budget.amount, budget.hard)
-            log.warning(alert.message)
-            BUDGET_ALERTS.labels(budget=budget.name, threshold=str(threshold)).inc()
-            alerts.append(alert)
-        last_seen[budget.name] = now_used.micros
-    return alerts

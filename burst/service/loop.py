@@ -37,7 +37,7 @@ from burst.model import (
     ResizePool,
     Snapshot,
 )
-from burst.money import ledger
+from burst.money import alerts, ledger
 from burst.service import logs
 from burst.service.intents import Intents
 from burst.service.remote import CLUSTER_ERRORS, Outcomes, RemoteSteps
@@ -84,6 +84,16 @@ class Reconciler:
         self.observer, self.local, self.remotes = observer, local, remotes
         self.provisioner, self.replicator, self.syncer = provisioner, replicator, syncer
         self.budgets = list(budgets)
+        self.thresholds = [
+            (
+                b,
+                config.budgets[b.name].spec.alert_thresholds_percent
+                if b.name in config.budgets
+                else [],
+            )
+            for b in self.budgets
+        ]
+        self.alerts_seen: dict[str, int] = {}  # budget -> micros used at the last look
         self.passes = 0
         self.skipped: dict[str, str] = {}  # workload uid -> the reason last logged
         self.unavailable: UnavailableOffers = provisioner.unavailable
@@ -158,6 +168,7 @@ class Reconciler:
             self.remote.follow(s, report.outcomes)  # requeues the jobs of the lost
             self._let_lost_clusters_go(s, lost)
             self.guard.check(s, report.outcomes)  # runs a hard budget cannot cover are stopped
+            self._alert(s)
             report.plan = self._plan(s)
             refused = self._act(s, report.plan)
             # A pool refused for capacity backs its offer off at once; plan again in this pass,
@@ -169,6 +180,19 @@ class Reconciler:
                 report.plan = self._plan(s)
                 refused = self._act(s, report.plan)
             return report
+
+    def _alert(self, s: Session) -> None:
+        """Budget thresholds crossed since the last pass: logged, counted, and told on the jobs
+        of the budget's scope that are bursting. A new process tells again those crossed in
+        the current period (at least once, rather than never)."""
+        if not self.budgets:
+            return
+        now = self.clock.now()
+        crossed = alerts.budget_alerts(
+            s, self.thresholds, now, self.service.usd_rates(now), self.alerts_seen
+        )
+        if crossed:
+            alerts.deliver(s, crossed, {b.name: b for b in self.budgets}, self.replicator.events)
 
     def _let_lost_clusters_go(self, s: Session, lost: list[str]) -> None:
         """A cloud cluster silent past its grace has had its jobs requeued on-prem: its pools

@@ -52,7 +52,7 @@ def test_alert_events_on_the_active_workloads_of_the_scope(kube: Any, tmp_path: 
     budget = ledger.BudgetLimit(
         "cms-month", "team", "cms", Money.of("100", "USD"), "month", hard=False
     )
-    alert = ledger.Alert("cms-month", 80, Money.of("85", "USD"), budget.amount, hard=False)
+    alert = alerts.Alert("cms-month", 80, Money.of("85", "USD"), budget.amount, hard=False)
     with database.sessions(engine)() as s:
         assert (
             alerts.deliver(s, [alert], {"cms-month": budget}, EventRecorder(kube, SystemClock()))

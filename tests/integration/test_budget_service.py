@@ -124,6 +124,13 @@ def test_a_hard_budget_holds_over_many_passes(
             if e.reason == "NotBursting" and "budget" in e.message
         ]
         assert told and len(told) < 20, [e.message for e in told]
+        # Its thresholds crossed are told on its bursting jobs, once each.
+        thresholds = [
+            e.message
+            for e in local.core.list_namespaced_event("cms-ml").items
+            if e.reason == "BudgetThreshold"
+        ]
+        assert any("80% reached" in m for m in thresholds), thresholds
         with sessions() as s:
             states = sorted(w.state for w in s.scalars(select(Workload)))
             entries = list(s.scalars(select(LedgerEntry)))

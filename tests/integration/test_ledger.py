@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from burst.amounts import CurrencyError, Money
 from burst.clock import FakeClock
-from burst.money import ledger
+from burst.money import alerts, ledger
 from burst.money.meter import Charge, PoolHistory, Use, meter
 from burst.store import database
 from burst.store.tables import BudgetReservation, LedgerEntry
@@ -149,11 +149,11 @@ def test_period_bounds() -> None:
 
 
 def test_alert_thresholds() -> None:
-    assert ledger.crossed(
+    assert alerts.crossed(
         used_micros=85, amount_micros=100, thresholds=[50, 80, 100], before_micros=40
     ) == [50, 80]
     assert (
-        ledger.crossed(
+        alerts.crossed(
             used_micros=85, amount_micros=100, thresholds=[50, 80, 100], before_micros=85
         )
         == []
@@ -226,14 +226,14 @@ def test_budget_alerts_fire_once_per_threshold(sessions) -> None:  # type: ignor
     fired_before = REGISTRY.get_sample_value("burst_budget_alerts_total", labels) or 0.0
     seen: dict[str, int] = {}
     with sessions() as s:
-        assert ledger.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen) == []
+        assert alerts.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen) == []
     with sessions.begin() as s:
         ledger.reserve(s, budget, Money.of("85", "USD"), clock, RATES)
     with sessions() as s:
-        alerts = ledger.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen)
-        assert [a.threshold for a in alerts] == [50, 80]
-        assert alerts[1].message == "soft budget cms-alerts: 80% reached (85.00 USD of 100.00 USD)"
-        assert ledger.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen) == []
+        fired = alerts.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen)
+        assert [a.threshold for a in fired] == [50, 80]
+        assert fired[1].message == "soft budget cms-alerts: 80% reached (85.00 USD of 100.00 USD)"
+        assert alerts.budget_alerts(s, [(budget, [50, 80, 100])], clock.now(), RATES, seen) == []
     assert REGISTRY.get_sample_value("burst_budget_alerts_total", labels) == fired_before + 1
 
 
