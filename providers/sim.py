@@ -33,6 +33,7 @@ from urllib3.exceptions import HTTPError
 from burst.clock import Clock
 from burst.cloud.provider import (
     CapacityUnavailable,
+    Instance,
     InvalidRequest,
     Pool,
     PoolNotFound,
@@ -271,6 +272,10 @@ class SimProvider:
             tags=dict(pool.tags),
             external_id=f"sim://{self.target}/{pool.spec.name}",
             message=message or f"{ready}/{len(pool.nodes)} nodes ready",
+            instances=tuple(
+                Instance(n.name, n.launched or pool.created, n.ended)
+                for n in [*pool.gone, *pool.nodes]
+            ),
         )
 
     def _find(self, name: str) -> _Pool:

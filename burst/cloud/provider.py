@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal, Protocol, TypeVar
 
 from burst.model import (
@@ -121,6 +122,15 @@ class PoolSpec:
 
 
 @dataclass(frozen=True)
+class Instance:
+    """One node instance of a pool as the cloud bills it: from its launch to its end."""
+
+    id: str
+    launched: datetime
+    ended: datetime | None = None  # None: still running
+
+
+@dataclass(frozen=True)
 class Pool:
     """A pool as the cloud reports it."""
 
@@ -132,6 +142,9 @@ class Pool:
     tags: Mapping[str, str] = field(default_factory=dict)
     external_id: str = ""
     message: str = ""
+    # Its instances, running and lately ended, where the cloud's API says (the simulated
+    # clouds); None where burst asks only for the node count, and bills from its changes.
+    instances: tuple[Instance, ...] | None = None
 
     @property
     def owner(self) -> str | None:

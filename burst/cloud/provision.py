@@ -8,6 +8,7 @@ a while (the next plan picks the next-best offer); other errors fail the pool wi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -32,7 +33,7 @@ from burst.cloud.provider import (
 from burst.cloud.provider import Pool as CloudPool
 from burst.metrics import PROVIDER_CALLS
 from burst.model import CapacityType, Cloud, CreatePool, OfferKey, PoolState, PoolView
-from burst.store.tables import Pool, PoolEvent
+from burst.store.tables import Pool, PoolEvent, PoolInstance
 
 log = logging.getLogger(__name__)
 LIVE = ("requested", "creating", "ready", "resizing", "draining")
@@ -209,6 +210,7 @@ class Provisioner:
             return
         failpoints.hit("pool-created-in-cloud")
         row.external_id = pool.external_id
+        record_instances(session, row, pool)
         ready = self.arrived(row, pool)
         _event(session, row, "ready" if ready else "creating", pool.nodes, now, None, self.epoch)
         if ready:
@@ -243,6 +245,7 @@ class Provisioner:
             except ProviderError as exc:
                 log.warning("pool %s: %s", row.name, exc.message)
                 continue
+            record_instances(session, row, pool)
             if row.state == "resizing":
                 self._follow_resize(session, row, pool)
             else:
@@ -301,6 +304,7 @@ class Provisioner:
                 self.backoffs.mark(session, self.spec(row).offer)
                 session.commit()
             return
+        record_instances(session, row, pool)
         if row.state in ("requested", "creating"):
             state = "creating"
         else:
@@ -318,6 +322,7 @@ class Provisioner:
                 session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch
             )
             session.commit()
+        self.look(session, row)  # the last look at its instances, ended ones included
         try:
             self.call(row.target, "delete_pool", name)
             # Done when the cloud says the pool is gone, not when it took the request (GKE's
@@ -329,6 +334,7 @@ class Provisioner:
             log.warning("delete %s: %s; will try again", name, exc.message)
             return None
         if still is not None:
+            record_instances(session, row, still)
             log.info("pool %s: the cloud is deleting it (%s)", name, still.phase)
             return None
         failpoints.hit("pool-deleted-in-cloud")
@@ -337,6 +343,12 @@ class Provisioner:
             session.commit()
         return row
 
+    def look(self, session: Session, row: Pool) -> None:
+        """Record the pool's instances as the cloud reports them now, if it does (the meter bills
+        them); a pool the cloud does not answer for is left to the passes that follow it."""
+        with contextlib.suppress(ProviderError):
+            record_instances(session, row, self.call(row.target, "get_pool", row.name))
+
     def mark_deleted(self, session: Session, row: Pool) -> None:
         at = row.deleted_at or self.clock.now()
         _event(session, row, "deleted", 0, at, row.state_reason, self.epoch)
@@ -344,6 +356,31 @@ class Provisioner:
 
     def deleting(self, session: Session) -> list[Pool]:
         return list(session.scalars(select(Pool).where(Pool.state == "deleting")))
+
+
+def record_instances(session: Session, row: Pool, pool: CloudPool) -> None:
+    """The pool's instances as its cloud reports them: new ones added, ended ones closed. An
+    instance the cloud replaced between two looks (a reclaimed spot node) is still reported
+    ended, and is billed on its own."""
+    if pool.instances is None:
+        return
+    known = {
+        i.instance_id: i
+        for i in session.scalars(select(PoolInstance).where(PoolInstance.pool_id == row.id))
+    }
+    for instance in pool.instances:
+        seen = known.get(instance.id)
+        if seen is None:
+            session.add(
+                PoolInstance(
+                    pool_id=row.id,
+                    instance_id=instance.id,
+                    launched=instance.launched,
+                    ended=instance.ended,
+                )
+            )
+        elif seen.ended is None and instance.ended is not None:
+            seen.ended = instance.ended
 
 
 def pool_views(

@@ -62,6 +62,9 @@ class PoolHistory:
     ready: datetime | None  # None: never became ready
     node_changes: tuple[tuple[datetime, int], ...]  # (when, nodes from then on), sorted or not
     deleted: datetime | None = None
+    # Each instance's launch and end where the cloud reported them (None: running, or to the
+    # pool's deletion); when given, billed instance by instance instead of from node_changes.
+    instances: tuple[tuple[datetime, datetime | None], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,9 +102,22 @@ class _Instance:
 
 
 def instances(history: PoolHistory, rule: BillingRule) -> list[_Instance]:
-    """Node instances from node-count changes: growth launches nodes, shrinking ends the newest."""
-    running: list[datetime] = []
+    """Node instances as the cloud reported them, each billed from its launch with its own
+    minimum (a reclaimed spot node and its replacement are two); else from node-count changes:
+    growth launches nodes, shrinking ends the newest (a replacement between two looks at the
+    count is not seen: the bill's reconciliation corrects it)."""
     out: list[_Instance] = []
+    if history.instances is not None:
+        for start, end in history.instances:
+            end = end or history.deleted
+            billed = (
+                None
+                if end is None
+                else start + timedelta(seconds=rule.billable((end - start).total_seconds()))
+            )
+            out.append(_Instance(start, end, billed))
+        return sorted(out, key=lambda i: (i.start, i.end or datetime.max.replace(tzinfo=UTC)))
+    running: list[datetime] = []
     changes = sorted(history.node_changes)
     if history.deleted is not None:
         changes.append((history.deleted, 0))

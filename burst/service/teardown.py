@@ -24,7 +24,7 @@ from burst.kube.sync import Syncer
 from burst.model import Cloud
 from burst.money import ledger
 from burst.money.meter import PoolHistory, Use, meter
-from burst.store.tables import BudgetReservation, Pool, PoolEvent, Workload
+from burst.store.tables import BudgetReservation, Pool, PoolEvent, PoolInstance, Workload
 from burst.store.tables import Dispatch as DispatchRow
 
 HOUR = timedelta(hours=1)
@@ -85,6 +85,10 @@ class Teardown:
                             continue
                         self._orphans_seen.pop(name, None)
                         done.append(f"deleted orphan pool {target}/{name}")
+                        if row is not None and row.state == "failed":
+                            # A failed launch whose deletion was refused billed until now.
+                            row.deleted_at = now
+                            self.meter_pool(s, row)
                 for row in [
                     r
                     for r in rows.values()
@@ -139,6 +143,7 @@ class Teardown:
                     | ((Pool.state == "failed") & (Pool.deleted_at >= hour - 2 * HOUR))
                 )
             ).all():
+                self.provisioner.look(s, row)  # instances replaced since the last look
                 self.meter_pool(s, row)
             self._metered_to = hour
         held = s.execute(
@@ -186,7 +191,13 @@ class Teardown:
         events = list(
             s.scalars(select(PoolEvent).where(PoolEvent.pool_id == row.id).order_by(PoolEvent.at))
         )
-        changes = tuple((e.at, e.nodes) for e in events if e.to_state in ("creating", "ready"))
+        # A resize's nodes are launched when it is asked, not when the pool is ready again.
+        changes = tuple(
+            (e.at, e.nodes) for e in events if e.to_state in ("creating", "ready", "resizing")
+        )
+        seen = s.execute(
+            select(PoolInstance.launched, PoolInstance.ended).where(PoolInstance.pool_id == row.id)
+        ).all()
         uses = []
         workloads: dict[str, Workload] = {}
         for d in s.scalars(
@@ -214,6 +225,7 @@ class Teardown:
             ready=row.ready_at,
             node_changes=changes,
             deleted=row.deleted_at,
+            instances=tuple((launched, ended) for launched, ended in seen) if seen else None,
         )
         # A deleted pool's last hours close after its billing tail; a live one's at `now`.
         until = row.deleted_at + timedelta(hours=2) if row.deleted_at else self.clock.now()

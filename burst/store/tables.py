@@ -157,6 +157,21 @@ class Pool(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+class PoolInstance(Base):
+    """A node instance of a pool as its cloud reported it, launched and ended: the meter bills each
+    instance from these where the cloud says (each with its own billing minimum), and from the
+    pool's node counts where it does not."""
+
+    __tablename__ = "pool_instances"
+    __table_args__ = (UniqueConstraint("pool_id", "instance_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id"))
+    instance_id: Mapped[str] = mapped_column(String(255))
+    launched: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 class PoolEvent(Base):
     """A pool's state transition; the meter reads pool time from these."""
 

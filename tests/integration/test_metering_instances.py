@@ -1,0 +1,153 @@
+"""What burst charges for a pool against what its cloud bills: every node instance from its launch
+to its end, each with its own minimum (AWS Linux and GCP: per second, 60 s minimum, see
+burst/money/meter.py). The simulated cloud keeps each instance's launch and end, as a cloud's
+instance API does; burst meters from what it reports. The soak found pools whose ledger was short
+of this: a reclaimed spot node's replacement billed as the same instance, a resize's nodes billed
+from when they were ready rather than launched, a failed launch billed only to the failure when
+its deletion was refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from burst.amounts import Money
+from burst.clock import FakeClock
+from burst.cloud import catalog
+from burst.cloud.catalog import UnavailableOffers
+from burst.cloud.provider import Throttled
+from burst.cloud.provision import Provisioner
+from burst.model import CreatePool, OfferKey
+from burst.money.meter import BILLING
+from burst.service.teardown import Teardown
+from burst.store.tables import LedgerEntry
+from providers.sim import SimCloud, SimProvider, SimSettings
+from tests.integration.test_pool_lifecycle import one_target_config, sessions_in
+
+SHIPPED = catalog.shipped()
+SPOT = OfferKey("aws", "eu-central-1", "g6.24xlarge", "spot", "L4", 4)
+ON_DEMAND = OfferKey("aws", "eu-central-1", "g6.24xlarge", "on-demand", "L4", 4)
+MINUTE = timedelta(minutes=1)
+
+
+@dataclass
+class World:
+    clock: FakeClock
+    cloud: SimCloud
+    sim: SimProvider
+    sessions: sessionmaker[Session]
+    provisioner: Provisioner
+    teardown: Teardown
+
+    def create(self, name: str, offer: OfferKey, nodes: int) -> None:
+        price = SHIPPED.get(offer)
+        assert price is not None
+        action = CreatePool(name, "sim-aws", "p", offer, nodes, price.hourly, "", Money.zero("USD"))
+        with self.sessions() as s:
+            self.provisioner.create(s, action)
+
+    def passes(self, n: int, step: timedelta = MINUTE) -> None:
+        for _ in range(n):
+            self.clock.advance(step)
+            with self.sessions() as s:
+                self.provisioner.refresh(s)
+                while self.provisioner.failed:
+                    self.teardown.meter_pool(s, self.provisioner.failed.pop())
+
+    def matches_the_bill(self, name: str, offer: OfferKey) -> bool:
+        """The ledger is the bill to the micro-unit each of its series (usage, idle, overhead)
+        is rounded down by."""
+        return abs(self.charged(name) - self.billed(name, offer)) <= 3
+
+    def charged(self, name: str) -> int:
+        with self.sessions() as s:
+            total = s.scalar(
+                select(func.coalesce(func.sum(LedgerEntry.amount_micros), 0)).where(
+                    LedgerEntry.pool == name
+                )
+            )
+        return int(total)
+
+    def billed(self, name: str, offer: OfferKey) -> int:
+        """The cloud's bill: each instance from launch to end, rounded up by the billing rule."""
+        pool = self.cloud._pools[("sim-aws", name)]
+        rule, price = BILLING["aws"], SHIPPED.get(offer)
+        assert price is not None
+        seconds = 0
+        for node in [*pool.gone, *pool.nodes]:
+            assert node.launched is not None and node.ended is not None, node
+            seconds += rule.billable((node.ended - node.launched).total_seconds())
+        return price.hourly.micros * seconds // 3600
+
+
+@pytest.fixture
+def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
+    clock = FakeClock()
+    speed = getattr(request, "param", 1)
+    cloud = SimCloud(clock, seed=1, settings=SimSettings(speed=speed))
+    sim = SimProvider(
+        cloud, target="sim-aws", cloud="aws", region="eu-central-1", offers=lambda: list(SHIPPED)
+    )
+    engine, sessions = sessions_in(tmp_path)
+    provisioner = Provisioner({"sim-aws": sim}, clock, UnavailableOffers(clock), "burst-demo")
+    teardown = Teardown(
+        config=one_target_config(tmp_path),
+        clock=clock,
+        sessions=sessions,
+        local=None,  # type: ignore[arg-type]  # no workloads: nothing to annotate
+        provisioner=provisioner,
+        syncer=None,  # type: ignore[arg-type]
+    )
+    yield World(clock, cloud, sim, sessions, provisioner, teardown)
+    engine.dispose()
+
+
+def delete(world: World, name: str) -> None:
+    with world.sessions() as s:
+        world.teardown.delete_pool(s, name, "idle")
+
+
+@pytest.mark.parametrize("world", [120], indirect=True)  # the soak's launches: pools under 60 s
+def test_a_reclaimed_spot_node_and_its_replacement_are_billed_as_two(world: World) -> None:
+    world.create("reclaimed", SPOT, 1)
+    world.passes(1, timedelta(seconds=8))  # ready
+    world.clock.advance(timedelta(seconds=5))
+    assert world.sim.interrupt("reclaimed")  # a replacement boots in its place
+    world.clock.advance(timedelta(seconds=10))
+    delete(world, "reclaimed")
+    # Two instances of under a minute: two minimums, where one was charged before.
+    assert world.matches_the_bill("reclaimed", SPOT), world.charged("reclaimed")
+    assert world.billed("reclaimed", SPOT) == SHIPPED.get(SPOT).hourly.micros * 120 // 3600  # type: ignore[union-attr]
+
+
+def test_a_grown_pools_new_nodes_are_billed_from_their_launch(world: World) -> None:
+    world.create("grown", ON_DEMAND, 1)
+    world.passes(40)
+    with world.sessions() as s:
+        world.provisioner.resize(s, "grown", 3)
+    world.passes(40)
+    delete(world, "grown")
+    assert world.matches_the_bill("grown", ON_DEMAND), world.charged("grown")
+
+
+def test_a_failed_launch_whose_deletion_was_refused_is_billed_until_it_went(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.cloud.settings.failure_rate = 1.0
+    world.create("failed", ON_DEMAND, 2)
+
+    def throttled(name: str, by: str = "burst") -> None:
+        raise Throttled("429 Too Many Requests", retry_after=1)
+
+    with monkeypatch.context() as m:
+        m.setattr(world.sim, "delete_pool", throttled)
+        world.passes(60)
+    # The orphan collection deletes it an hour later: its nodes ran, and are billed, until then.
+    world.teardown.collect_orphans(grace=timedelta(0))
+    assert world.matches_the_bill("failed", ON_DEMAND), world.charged("failed")
