@@ -395,6 +395,10 @@ class Trigger(Strict):
     deadline_safety_margin: Duration = timedelta(minutes=15)
     max_pending_wait: Duration | None = None
     quota_exhausted: bool = False
+    # What finishing an hour sooner is worth per GPU, in the policy's currency: a workload that
+    # no other trigger sends bursts when a cloud would finish it sooner than on-prem and the
+    # hours saved x its GPUs x this price pay for the cloud run. None: only the triggers above.
+    wait_price: Amount | None = None
 
 
 class Placement(Strict):

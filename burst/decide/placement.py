@@ -75,6 +75,13 @@ class Placement:
             self._max_cost[key] = self.caps.max_cost_usd(want.w, want.policy)
         return self._max_cost[key]
 
+    def _refusal(self, want: Want, cost_usd: int, max_cost_usd: int | None) -> str | None:
+        """Why a placement costing `cost_usd` is refused: more than the time it saves is worth,
+        or a cap or budget (caps.py)."""
+        if want.worth is not None and cost_usd > self.caps.rates.to_usd(want.worth):
+            return f"the cloud costs {self.caps.rates.from_usd(cost_usd, want.worth.currency)}"
+        return self.caps.refusal(want.w, want.policy, cost_usd, max_cost_usd)
+
     def open(self, pool: OpenPool) -> OpenPool:
         pool.seq = len(self.pools)
         pool.unavailable = pool.offer in self.unavailable
@@ -131,7 +138,7 @@ class Placement:
         reuse = best_reuse(eligible, w, want.runtime, deadline, self.now)
         if reuse is not None:
             pool = reuse.pool
-            why = self.caps.refusal(want.w, want.policy, reuse.cost, max_cost_usd)
+            why = self._refusal(want, reuse.cost, max_cost_usd)
             if why is None:
                 pool.place(w)
                 where = f"reuses pool {pool.name} with free room"
@@ -195,7 +202,7 @@ class Placement:
             )
             return "; ".join(refusals)
         total, finish, _, _, c = cheapest
-        why = self.caps.refusal(want.w, want.policy, total, max_cost_usd)
+        why = self._refusal(want, total, max_cost_usd)
         if why is not None:
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
@@ -223,7 +230,7 @@ class Placement:
         )
         if best is None:
             return f"policy {want.policy.metadata.name}: max {spec.limits.max_pools} pools reached"
-        why = self.caps.refusal(want.w, want.policy, best.cost, max_cost_usd)
+        why = self._refusal(want, best.cost, max_cost_usd)
         if why is not None:
             return why
         pool = best.pool

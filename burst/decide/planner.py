@@ -39,7 +39,7 @@ from burst.decide.caps import Budgets, Caps, PlanError, Rates
 from burst.decide.onprem import QueueSweep, queue_order
 from burst.decide.placement import Placement
 from burst.decide.pools import OpenPool, pool_actions
-from burst.decide.triggers import Want, trigger, urgency
+from burst.decide.triggers import Want, time_saved, trigger, urgency
 from burst.durations import format_duration
 from burst.model import (
     Action,
@@ -89,6 +89,12 @@ class _Planner:
             if selector_matches(p.spec.selector, w.namespace, w.labels):
                 return p
         return None
+
+    def fastest_launch(self, policy: BurstPolicy) -> timedelta | None:
+        launches = [
+            self.targets[t].provisioning for t in policy.spec.placement.targets if t in self.targets
+        ]
+        return min(launches, default=None)
 
     def runtime(self, w: Workload, policy: BurstPolicy | None) -> timedelta:
         if w.expected_runtime is not None:
@@ -189,6 +195,12 @@ class _Planner:
                     sweep.stay(w, est)
                     continue
                 why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
+                worth = None
+                if why is None:  # no trigger sends it: the time it would save may
+                    fastest = self.fastest_launch(policy)
+                    saved = time_saved(w, policy, est, runtimes[w.uid], fastest, self.now)
+                    if saved is not None:
+                        why, worth = saved
                 if why is None:
                     sweep.stay(w, est)
                     if self.explain:
@@ -197,7 +209,7 @@ class _Planner:
                         )
                     continue
                 sweep.leave()
-                wants.append(Want(w, policy, runtimes[w.uid], est, why, w.deadline))
+                wants.append(Want(w, policy, runtimes[w.uid], est, why, w.deadline, worth))
             if not wants:
                 break
             refused = False

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from burst.amounts import Money
 from burst.config import BurstPolicy, TargetSpec
 from burst.decide.onprem import Estimate, QueueSweep
 from burst.decide.wording import at
@@ -27,6 +28,7 @@ class Want:
     onprem: Estimate
     trigger: str
     finish_by: datetime | None  # the deadline, or when it is lost anyway, the soonest cloud finish
+    worth: Money | None = None  # the most its cloud run may cost: the time it saves, priced
 
 
 def trigger(
@@ -77,6 +79,37 @@ def trigger(
     if w.quota_blocked:
         why += f"; quota-blocked, but policy {policy.metadata.name} does not burst for quota"
     return None, why
+
+
+def time_saved(
+    w: Workload,
+    policy: BurstPolicy,
+    est: Estimate,
+    runtime: timedelta,
+    fastest_launch: timedelta | None,
+    now: datetime,
+) -> tuple[str, Money] | None:
+    """With a price on waiting (`trigger.waitPrice`): why the workload should burst and the most
+    its cloud run may cost, when the fastest cloud would finish it sooner than on-prem; None
+    otherwise. The hours saved are priced per GPU, so a big job waiting long is worth the most,
+    as Starburst's waiting budget grows with a job's size."""
+    price = policy.spec.trigger.wait_price
+    if price is None or est.finish is None or fastest_launch is None:
+        return None
+    saved = est.finish - (now + fastest_launch + runtime)
+    if saved <= timedelta(0):
+        return None
+    per_gpu_hour = Money.of(price, policy.spec.limits.currency)
+    worth = Money(
+        per_gpu_hour.micros * w.gpus * int(saved.total_seconds()) // 3600, per_gpu_hour.currency
+    )
+    if worth.micros <= 0:
+        return None
+    why = (
+        f"a cloud finishes it {format_duration(saved)} sooner, worth {worth} "
+        f"at {per_gpu_hour} per GPU-hour"
+    )
+    return why, worth
 
 
 def urgency(want: Want, now: datetime) -> tuple[datetime, datetime, str]:

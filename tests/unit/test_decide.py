@@ -507,3 +507,27 @@ def test_missing_exchange_rate_is_a_clear_error() -> None:
     )
     with pytest.raises(decide.PlanError, match=r"usdExchangeRates\.EUR"):
         decide.plan(snap, CATALOG, make_config(), NOW)
+
+
+def _waiting(price: str | None, gpus: int = 1) -> Plan:
+    """A job with no deadline behind 3 h of on-prem work, under a price on waiting."""
+    trigger = {"deadlineSafetyMargin": "30m"} | ({"waitPrice": price} if price else {})
+    cfg = make_config(("ml", policy_spec(trigger=trigger)))
+    snap = Snapshot(NOW, (workload(gpus_per_pod=gpus),), BUSY_V100, ())
+    return decide.plan(snap, CATALOG, cfg, NOW)
+
+
+def test_a_price_on_waiting_bursts_a_job_when_the_time_it_saves_pays_for_the_cloud() -> None:
+    # Without a deadline or a maximum wait it waits on-prem, however long.
+    assert not dispatches(_waiting(None))
+    # A single V100 node costs a few USD an hour; the job would finish on a cloud about 2.5 h
+    # sooner (3 h on-prem wait, minus the launch).
+    cheap, dear = _waiting("0.10"), _waiting("20")
+    assert not dispatches(cheap)
+    reason = skip_reason(cheap, "w1")
+    assert "sooner, worth" in reason and "but the cloud costs" in reason, reason
+    (d,) = dispatches(dear).values()
+    assert "per GPU-hour" in d.reason, d.reason
+    # The hours saved (3 h on-prem wait less the fastest launch) are priced per GPU.
+    assert "2h52m sooner, worth 0.29 USD at 0.10 USD per GPU-hour" in reason, reason
+    assert "worth 1.15 USD at 0.10 USD" in skip_reason(_waiting("0.10", gpus=4), "w1")
