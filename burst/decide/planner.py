@@ -213,7 +213,11 @@ class _Planner:
             if not wants:
                 break
             refused = False
-            for want in sorted(wants, key=lambda want: urgency(want, self.now)):
+            # Those only the time they save sends come last: they must not take the room or the
+            # budget a deadline needs.
+            for want in sorted(
+                wants, key=lambda want: (want.worth is not None, urgency(want, self.now))
+            ):
                 refusal = self.placement.place(want)
                 w = want.w
                 if refusal is None:

@@ -32,6 +32,9 @@ Format = Literal["text", "json", "html"]
 SWEEP = tuple(
     timedelta(minutes=m) for m in (0, 10, 30, 60, 120, 240)
 )  # margins for burst, waits for the baselines
+# Burst's price on waiting, per GPU-hour in the policy's currency: its cost against completion
+# time, beside the baselines' waits.
+PRICES = tuple(Decimal(p) for p in ("0.1", "0.2", "0.4", "0.8", "1.6", "3.2", "6.4"))
 Progress = Callable[[str, float], None]
 
 
@@ -46,12 +49,18 @@ class Comparison:
     bound: bound.Bound
     outcomes: list[Outcome] = field(default_factory=list)
     sweep: list[tuple[str, timedelta, Outcome]] = field(default_factory=list)
+    prices: list[tuple[Decimal, Outcome]] = field(default_factory=list)  # burst's wait price
 
 
 def with_margin(config: Config, policy: str, margin: timedelta) -> Config:
     """The configuration with one policy's deadline safety margin changed."""
+    return with_trigger(config, policy, deadline_safety_margin=margin)
+
+
+def with_trigger(config: Config, policy: str, **changes: Any) -> Config:
+    """The configuration with one policy's trigger changed."""
     p = config.policies[policy]
-    trigger = p.spec.trigger.model_copy(update={"deadline_safety_margin": margin})
+    trigger = p.spec.trigger.model_copy(update=changes)
     changed = p.model_copy(update={"spec": p.spec.model_copy(update={"trigger": trigger})})
     return replace_dataclass(config, policies={**config.policies, policy: changed})
 
@@ -154,6 +163,10 @@ def compare(
             ):
                 label = f"{base.name}, wait {format_duration(knob)}"
                 result.sweep.append((base.name, knob, replay(base, config, label)))
+        for price in PRICES:
+            varied = with_trigger(config, policy.metadata.name, wait_price=price)
+            label = f"burst, wait price {price}"
+            result.prices.append((price, replay(simulate.Burst(varied), varied, label)))
     return result
 
 
@@ -210,7 +223,16 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
     }
     if result.sweep:
         out["sweep"] = [
-            {"policy": p, "knob_s": int(k.total_seconds()), **entry(o)} for p, k, o in result.sweep
+            {"policy": p, "knob": format_duration(k), "knob_s": int(k.total_seconds()), **entry(o)}
+            for p, k, o in result.sweep
+        ] + [
+            {
+                "policy": "burst, wait price",
+                "knob": f"{price} {result.currency}/GPU-h",
+                "wait_price": float(price),
+                **entry(o),
+            }
+            for price, o in result.prices
         ]
     return out
 
@@ -249,9 +271,13 @@ def _table(data: dict[str, Any]) -> str:
         )
     for row in data.get("sweep", []):
         if row is data["sweep"][0]:
-            lines += ["", "sweep (knob: burst's safety margin, the baselines' wait budget):"]
+            lines += [
+                "",
+                "sweep (knob: burst's safety margin or its price on waiting, the baselines' wait "
+                "budget):",
+            ]
         lines.append(
-            f"  {row['name']:<14}{format_duration(timedelta(seconds=row['knob_s'])):>6}"
+            f"  {row['policy']:<18}{row['knob']:>16}"
             f"{row['cost']:>14,.2f} {cur}  mean JCT {_hours(row['mean_jct_s'])}  "
             f"deadlines {row['deadlines_met']:.2%}"
         )

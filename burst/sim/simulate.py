@@ -205,9 +205,23 @@ class Burst:
             ),
             default=None,
         )
+        self.margin = max(
+            (
+                p.spec.trigger.deadline_safety_margin.total_seconds()
+                for p in config.policies.values()
+            ),
+            default=0.0,
+        )
 
     def wake_at(self, job: SimJob) -> float | None:
-        return None if self.max_wait is None else job.submit + self.max_wait.total_seconds()
+        """The service plans every pass; here, a decision is due when nothing else happens by the
+        time a job still queued must burst: past the maximum wait, or at the last moment its
+        deadline trigger can fire (its deadline less the margin and its runtime). Without it, a
+        quiet hour let such a job miss its deadline on-prem."""
+        wakes = [job.deadline - self.margin - job.duration]
+        if self.max_wait is not None:
+            wakes.append(job.submit + self.max_wait.total_seconds())
+        return max(job.submit, min(wakes))
 
     def decide(self, world: World) -> Sequence[Action]:
         now = world.dt(world.now)

@@ -196,3 +196,35 @@ def test_the_same_seed_gives_the_same_result() -> None:
     assert first == again
     assert first != other
     assert first.burst_jobs > 0 and first.unfinished == 0
+
+
+def test_a_quiet_hour_does_not_let_a_queued_job_miss_its_deadline() -> None:
+    """The service plans every pass; the replay decides on events, and wakes burst at the last
+    moment a queued job's deadline trigger can fire. Without that wake, OpenB's window with a
+    price on waiting (jobs leaving and rejoining the queue as pools come and go) left six jobs
+    queued on-prem through a quiet hour past their deadlines."""
+    from decimal import Decimal
+    from importlib import resources
+    from pathlib import Path
+
+    from burst.sim import compare, trace
+
+    cfg = config.load(
+        [ROOT / "docs" / "examples" / "simulate"],
+        config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()),
+    )
+    policy = simulate.policy_of(cfg)
+    shipped = resources.files("burst").joinpath("data", "traces", "alibaba-openb-2023-public.csv")
+    raw = trace.read(Path(str(shipped)))
+    jobs = trace.derive(
+        raw,
+        teams=policy.spec.selector.namespaces,
+        allowance_s=simulate.deadline_allowance(cfg, policy),
+        slack=trace.slack_rule("uniform:1.5:4"),
+        seed=1,
+    )
+    priced = compare.with_trigger(cfg, policy.metadata.name, wait_price=Decimal("0.8"))
+    assert cfg.service is not None
+    offers = SHIPPED.with_overrides(cfg.service.spec.catalog)
+    world = simulate.World(jobs, {"V100": trace.onprem_gpus(raw)}, priced, offers, seed=1)
+    assert world.run(simulate.Burst(priced)).deadlines_met == 1.0
