@@ -82,7 +82,6 @@ def main() -> None:
         jobs = trace.derive(
             raw,
             teams=policy.spec.selector.namespaces,
-            allowance_s=simulate.deadline_allowance(cfg, policy),
             slack=(1.5, 4.0),
             seed=1,
         )

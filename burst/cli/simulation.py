@@ -43,6 +43,13 @@ def simulate_cmd(
     sweep: Annotated[
         bool, typer.Option(help="Vary each policy's main knob: cost against completion time.")
     ] = False,
+    clouds: Annotated[
+        Literal["realistic", "ideal"],
+        typer.Option(
+            help="realistic: launch latencies, refusals, failures and spot reclaims; ideal: "
+            "instant clouds that never refuse or fail (as Starburst's simulator's)."
+        ),
+    ] = "realistic",
     fmt: Annotated[Literal["text", "json", "html"], typer.Option("--format", "-f")] = "text",
     out: OutOption = None,
 ) -> None:
@@ -50,6 +57,7 @@ def simulate_cmd(
     it with the baselines and with a lower bound on the cloud cost of meeting every deadline."""
     from burst.cloud import catalog
     from burst.sim import compare, simulate, trace
+    from burst.sim.state import CLOUD_MODELS
 
     cfg = require_config(config_path, "simulate")
     if cfg.service is None:
@@ -79,7 +87,6 @@ def simulate_cmd(
     jobs = trace.derive(
         raw,
         teams=policy.spec.selector.namespaces,
-        allowance_s=simulate.deadline_allowance(cfg, policy),
         slack=slack,
         seed=seed,
     )
@@ -115,6 +122,7 @@ def simulate_cmd(
             slack=deadline_slack,
             include_baselines=with_baselines,
             sweep=sweep,
+            clouds=CLOUD_MODELS[clouds],
             progress=progress,
         )
     text = compare.render(result, cfg, fmt)

@@ -61,12 +61,11 @@ class Waiting:
         policy: BurstPolicy,
         catalog: Catalog,
         wait: Callable[[SimJob], float],
-        *,
-        one_region: bool = False,
     ) -> None:
         self.name, self.policy, self.wait = name, policy, wait
-        names = policy.spec.placement.targets
-        self._targets = target_regions(config, names[:1] if one_region else names)
+        # Every target of the policy, as burst may use (caps and targets are the policy's; its
+        # budgets bind burst alone: a baseline has no ledger to count against them).
+        self._targets = target_regions(config, policy.spec.placement.targets)
         cap = price_cap_usd_micros(config, policy)
         self._offers = [
             o
@@ -173,7 +172,7 @@ def constant_wait(
     config: Config, policy: BurstPolicy, catalog: Catalog, wait: timedelta = DEFAULT_WAIT
 ) -> Waiting:
     seconds = wait.total_seconds()
-    return Waiting("constant-wait", config, policy, catalog, lambda job: seconds, one_region=True)
+    return Waiting("constant-wait", config, policy, catalog, lambda job: seconds)
 
 
 def compute_wait(
@@ -183,7 +182,10 @@ def compute_wait(
     jobs: Sequence[SimJob],
     budget: timedelta = DEFAULT_WAIT,
 ) -> Waiting:
-    """Starburst's compute-wait with k set so that the mean wait over `jobs` is `budget`."""
+    """Starburst's compute-wait: a job may wait k x its GPUs x its runtime before it bursts, with
+    k set so that the mean of those allowed waits over `jobs` is `budget`. The budget is what
+    the waits may add up to, not what they do: a job that starts on-prem sooner waits less, so
+    the mean wait measured is below it."""
     work = sum(j.gpus * j.duration for j in jobs) / len(jobs)
     k = budget.total_seconds() / work
     return Waiting("compute-wait", config, policy, catalog, lambda job: k * job.gpus * job.duration)

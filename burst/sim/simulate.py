@@ -236,15 +236,6 @@ class Burst:
         return decide.plan(snapshot, world.catalog, self.config, now, skips=False).actions
 
 
-def deadline_allowance(config: Config, policy: BurstPolicy) -> int:
-    """Seconds past its runtime that even the shortest job gets before its deadline: the policy's
-    safety margin plus twice the slowest target's provisioning estimate, so that a job that has to
-    queue can still burst in time (trace.py's deadline rule)."""
-    assert config.service is not None
-    slowest = max(t.provisioning for t in config.service.spec.targets)
-    return int((policy.spec.trigger.deadline_safety_margin + 2 * slowest).total_seconds())
-
-
 def price_cap_usd_micros(config: Config, policy: BurstPolicy) -> float | None:
     """The policy's max price per node-hour in USD micros, if it has one."""
     limits = policy.spec.limits

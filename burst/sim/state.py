@@ -38,6 +38,15 @@ class CloudModel:
 
 
 DEFAULT_CLOUDS = CloudModel()
+# Clouds that launch at once, never refuse, fail or reclaim: as the clouds of Starburst's simulator
+# (ATC'24) are, for a comparison on its terms (`burst simulate --clouds ideal`).
+IDEAL_CLOUDS = CloudModel(
+    shortage=0.0,
+    launch_failure=0.0,
+    spot_interruptions_per_hour=0.0,
+    latency={cloud: Latency(median_s=0.0, sigma=0.0, cap_s=0.0) for cloud in LATENCY},
+)
+CLOUD_MODELS = {"realistic": DEFAULT_CLOUDS, "ideal": IDEAL_CLOUDS}
 
 
 @dataclass

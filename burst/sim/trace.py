@@ -6,9 +6,11 @@ deadlines, teams or GPU types, so this module derives them by documented, seeded
 
 - **Deadline**: `submit + max(slack x duration, duration + allowance)`, with `slack` drawn per job
   by the slack rule (`uniform:LO:HI`, the default `uniform:1.5:4`, or `fixed:X`) and `allowance`
-  the policy's deadline safety margin plus twice the slowest target's provisioning estimate
-  (simulate.deadline_allowance), so that every job could still meet its deadline on a cloud when
-  it arrives, and a short job may queue a little before it has to burst.
+  54 minutes (`DEADLINE_ALLOWANCE_S`: a 30 minute safety margin plus twice the slowest cloud's
+  default provisioning estimate, Azure's 12 minutes), so that every job could still meet its
+  deadline on a cloud when it arrives, and a short job may queue a little before it has to burst.
+  The deadlines depend on the trace and the seed alone: every configuration and policy replays
+  the same ones.
 - **Team**: the user (else the queue, else the job id) hashed onto the namespaces the policy selects,
   so each team's jobs fall under the policy and its budgets as they would in the cluster.
 - **Pods**: jobs of up to 8 GPUs are one pod; larger ones are split into pods of at most 8 GPUs
@@ -28,6 +30,8 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+DEADLINE_ALLOWANCE_S = 54 * 60
 
 NODE_GPUS = 8  # GPUs per on-prem node and most per pod
 DEFAULT_SLACK = "uniform:1.5:4"
@@ -132,7 +136,7 @@ def derive(
     jobs: Iterable[TraceJob],
     *,
     teams: Sequence[str],
-    allowance_s: int,
+    allowance_s: int = DEADLINE_ALLOWANCE_S,
     slack: tuple[float, float],
     seed: int,
 ) -> list[SimJob]:

@@ -219,7 +219,6 @@ def test_a_quiet_hour_does_not_let_a_queued_job_miss_its_deadline() -> None:
     jobs = trace.derive(
         raw,
         teams=policy.spec.selector.namespaces,
-        allowance_s=simulate.deadline_allowance(cfg, policy),
         slack=trace.slack_rule("uniform:1.5:4"),
         seed=1,
     )

@@ -46,7 +46,6 @@ def philly(jobs: int) -> list[SimJob]:
     return trace.derive(
         raw[:jobs],
         teams=POLICY.spec.selector.namespaces,
-        allowance_s=simulate.deadline_allowance(CFG, POLICY),
         slack=(1.5, 4.0),
         seed=1,
     )
