@@ -3,6 +3,10 @@ time, beside the baselines and a lower bound."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -50,6 +54,17 @@ def simulate_cmd(
             "instant clouds that never refuse or fail (as Starburst's simulator's)."
         ),
     ] = "realistic",
+    workers: Annotated[
+        int,
+        typer.Option(min=1, help="Replays at once, in local processes (one: here, in turn)."),
+    ] = 1,
+    dask: Annotated[
+        str | None,
+        typer.Option(
+            help="Run the replays on this Dask scheduler (tcp://host:8786) instead; its workers "
+            "need burst installed (the dask extra: pip install 'burst[dask]')."
+        ),
+    ] = None,
     fmt: Annotated[Literal["text", "json", "html"], typer.Option("--format", "-f")] = "text",
     out: OutOption = None,
 ) -> None:
@@ -95,7 +110,10 @@ def simulate_cmd(
     from rich.progress import Progress
 
     errors = Console(stderr=True)
-    with Progress(console=errors, transient=True, disable=not errors.is_terminal) as bar:
+    with (
+        contextlib.ExitStack() as stack,
+        Progress(console=errors, transient=True, disable=not errors.is_terminal) as bar,
+    ):
         tasks: dict[str, Any] = {}
 
         said: dict[str, int] = {}
@@ -111,6 +129,7 @@ def simulate_cmd(
                 tasks[label] = bar.add_task(label, total=1.0)
             bar.update(tasks[label], completed=share)
 
+        runner = stack.enter_context(_executor(workers, dask))
         result = compare.compare(
             path.name,
             jobs,
@@ -124,6 +143,7 @@ def simulate_cmd(
             sweep=sweep,
             clouds=CLOUD_MODELS[clouds],
             progress=progress,
+            executor=runner,
         )
     text = compare.render(result, cfg, fmt)
     if out is None:
@@ -131,3 +151,26 @@ def simulate_cmd(
     else:
         out.write_text(text + "\n", encoding="utf-8")
         errors.print(f"wrote {out}")
+
+
+@contextlib.contextmanager
+def _executor(workers: int, dask: str | None) -> Iterator[Executor | None]:
+    """Where the replays run: a Dask cluster's executor, local processes, or None (here)."""
+    if dask is not None:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise fail("--dask needs the dask extra: pip install 'burst[dask]'") from None
+        try:
+            client = Client(dask, timeout=30)  # type: ignore[no-untyped-call]
+        except OSError as exc:
+            raise fail(f"--dask {dask}: cannot reach the scheduler ({exc})") from None
+        with client:
+            yield client.get_executor()  # type: ignore[no-untyped-call]
+    elif workers > 1:
+        # Spawned, not forked: the parent has threads (the progress display), which a fork copies
+        # in whatever state they are.
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            yield pool
+    else:
+        yield None

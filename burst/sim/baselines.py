@@ -164,15 +164,26 @@ class Waiting:
         return actions
 
 
+@dataclass(frozen=True)
+class _Wait:
+    """A job may wait `per_job_s` plus `per_gpu_second` x its GPUs x its runtime. A class, not a
+    closure, so that a policy can be sent to another process (compare.py runs replays there)."""
+
+    per_job_s: float = 0.0
+    per_gpu_second: float = 0.0
+
+    def __call__(self, job: SimJob) -> float:
+        return self.per_job_s + self.per_gpu_second * job.gpus * job.duration
+
+
 def no_wait(config: Config, policy: BurstPolicy, catalog: Catalog) -> Waiting:
-    return Waiting("no-wait", config, policy, catalog, lambda job: 0.0)
+    return Waiting("no-wait", config, policy, catalog, _Wait())
 
 
 def constant_wait(
     config: Config, policy: BurstPolicy, catalog: Catalog, wait: timedelta = DEFAULT_WAIT
 ) -> Waiting:
-    seconds = wait.total_seconds()
-    return Waiting("constant-wait", config, policy, catalog, lambda job: seconds)
+    return Waiting("constant-wait", config, policy, catalog, _Wait(per_job_s=wait.total_seconds()))
 
 
 def compute_wait(
@@ -188,4 +199,4 @@ def compute_wait(
     the mean wait measured is below it."""
     work = sum(j.gpus * j.duration for j in jobs) / len(jobs)
     k = budget.total_seconds() / work
-    return Waiting("compute-wait", config, policy, catalog, lambda job: k * job.gpus * job.duration)
+    return Waiting("compute-wait", config, policy, catalog, _Wait(per_gpu_second=k))

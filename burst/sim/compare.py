@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass, field
 from dataclasses import replace as replace_dataclass
 from datetime import timedelta
@@ -120,6 +121,37 @@ def policies(
     return chosen
 
 
+@dataclass(frozen=True)
+class _Replay:
+    """One replay of the comparison: a policy under a configuration, and where its outcome goes
+    (`slot`: "outcome", or the sweep's policy and knob, or the price)."""
+
+    label: str
+    policy: simulate.Policy
+    config: Config
+    slot: tuple[Any, ...]
+
+
+def _replay(
+    replay: _Replay,
+    jobs: Sequence[SimJob],
+    onprem: dict[str, int],
+    catalog: Catalog,
+    seed: int,
+    clouds: CloudModel,
+    progress: Callable[[float], None] | None = None,
+) -> Outcome:
+    """Module level, so that a process pool or a Dask worker can run it."""
+    world = World(jobs, onprem, replay.config, catalog, seed=seed, clouds=clouds)
+    return world.run(replay.policy, progress)
+
+
+def _told(progress: Progress | None, label: str) -> Callable[[float], None] | None:
+    if progress is None:
+        return None
+    return lambda share: progress(label, share)
+
+
 def compare(
     trace_name: str,
     jobs: Sequence[SimJob],
@@ -134,8 +166,11 @@ def compare(
     sweep: bool = False,
     clouds: CloudModel = DEFAULT_CLOUDS,
     progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> Comparison:
-    """Every policy on the same jobs, seed and clouds; the bound; the sweep when asked."""
+    """Every policy on the same jobs, seed and clouds; the bound; the sweep when asked. The
+    replays are independent: with an `executor` (local processes, or a Dask cluster's) they run
+    there at once, each reported done as it ends; without, one after the other here."""
     result = Comparison(
         trace_name,
         len(jobs),
@@ -145,28 +180,46 @@ def compare(
         policy.spec.limits.currency,
         lower_bound(jobs, sum(onprem.values()), config, policy, catalog),
     )
-
-    def replay(p: simulate.Policy, cfg: Config, label: str) -> Outcome:
-        world = World(jobs, onprem, cfg, catalog, seed=seed, clouds=clouds)
-        return world.run(p, (lambda share: progress(label, share)) if progress else None)
-
-    for p in policies(config, policy, catalog, jobs, include_baselines=include_baselines):
-        result.outcomes.append(replay(p, config, p.name))
+    replays = [
+        _Replay(p.name, p, config, ("outcome",))
+        for p in policies(config, policy, catalog, jobs, include_baselines=include_baselines)
+    ]
     if sweep:
+        name = policy.metadata.name
         for knob in SWEEP:
-            varied = with_margin(config, policy.metadata.name, knob)
+            varied = with_margin(config, name, knob)
             label = f"burst, margin {format_duration(knob)}"
-            result.sweep.append(("burst", knob, replay(simulate.Burst(varied), varied, label)))
+            replays.append(_Replay(label, simulate.Burst(varied), varied, ("sweep", "burst", knob)))
             for base in (
                 baselines.constant_wait(config, policy, catalog, knob),
                 baselines.compute_wait(config, policy, catalog, jobs, knob),
             ):
                 label = f"{base.name}, wait {format_duration(knob)}"
-                result.sweep.append((base.name, knob, replay(base, config, label)))
+                replays.append(_Replay(label, base, config, ("sweep", base.name, knob)))
         for price in PRICES:
-            varied = with_trigger(config, policy.metadata.name, wait_price=price)
+            varied = with_trigger(config, name, wait_price=price)
             label = f"burst, wait price {price}"
-            result.prices.append((price, replay(simulate.Burst(varied), varied, label)))
+            replays.append(_Replay(label, simulate.Burst(varied), varied, ("price", price)))
+    if executor is None:
+        outcomes = [
+            _replay(r, jobs, onprem, catalog, seed, clouds, _told(progress, r.label))
+            for r in replays
+        ]
+    else:
+        futures = {
+            executor.submit(_replay, r, jobs, onprem, catalog, seed, clouds): r for r in replays
+        }
+        for done in as_completed(futures):
+            if progress:
+                progress(futures[done].label, 1.0)
+        outcomes = [f.result() for f in futures]
+    for r, outcome in zip(replays, outcomes, strict=True):
+        if r.slot[0] == "outcome":
+            result.outcomes.append(outcome)
+        elif r.slot[0] == "sweep":
+            result.sweep.append((r.slot[1], r.slot[2], outcome))
+        else:
+            result.prices.append((r.slot[1], outcome))
     return result
 
 

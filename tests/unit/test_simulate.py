@@ -227,3 +227,32 @@ def test_a_quiet_hour_does_not_let_a_queued_job_miss_its_deadline() -> None:
     offers = SHIPPED.with_overrides(cfg.service.spec.catalog)
     world = simulate.World(jobs, {"V100": trace.onprem_gpus(raw)}, priced, offers, seed=1)
     assert world.run(simulate.Burst(priced)).deadlines_met == 1.0
+
+
+def test_replays_run_alike_in_turn_in_local_processes_and_on_dask() -> None:
+    """`burst simulate --workers N` and `--dask ADDRESS` run the same replays elsewhere, through one
+    interface (a concurrent.futures Executor), and give the same comparison."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from distributed import Client, LocalCluster
+
+    from burst.sim import compare
+
+    jobs = [job(f"j{i}", 600 * i, 3600, 8, 600 * i + 3 * 3600) for i in range(12)]
+
+    def run(executor: object = None) -> dict[str, object]:
+        result = compare.compare(
+            "t", jobs, {"V100": 8}, CFG, POLICY, OFFERS, seed=1, slack="fixed:3",
+            include_baselines=True, clouds=STEADY, executor=executor,  # type: ignore[arg-type]
+        )  # fmt: skip
+        return compare.summary(result, CFG)
+
+    alone = run()
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        assert run(pool) == alone
+    with (
+        LocalCluster(n_workers=2, processes=False, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
+        assert run(client.get_executor()) == alone
