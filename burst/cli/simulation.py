@@ -54,6 +54,14 @@ def simulate_cmd(
             "instant clouds that never refuse or fail (as Starburst's simulator's)."
         ),
     ] = "realistic",
+    runtimes: Annotated[
+        Literal["exact", "noisy", "learned", "none"],
+        typer.Option(
+            help="What burst is told of each job's runtime: exact; noisy (a user's guess, "
+            "off by x1.6 a third of the time); learned (from the jobs seen to finish); none "
+            "(the policy's default)."
+        ),
+    ] = "exact",
     workers: Annotated[
         int,
         typer.Option(min=1, help="Replays at once, in local processes (one: here, in turn)."),
@@ -144,6 +152,7 @@ def simulate_cmd(
             clouds=CLOUD_MODELS[clouds],
             progress=progress,
             executor=runner,
+            runtimes=runtimes,
         )
     text = compare.render(result, cfg, fmt)
     if out is None:

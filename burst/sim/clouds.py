@@ -143,6 +143,7 @@ class CloudPools(OnPremQueue):
         assert pool is not None
         self._release(pool, i)
         job.state, job.finished, job.ran_in_cloud = "done", self.now, True
+        self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         self._charge(i, pool)
 
     def _release(self, pool: Pool, i: int) -> None:

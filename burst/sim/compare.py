@@ -26,7 +26,7 @@ from burst.model import CapacityType
 from burst.money.render import PALETTE
 from burst.sim import baselines, bound, simulate
 from burst.sim.simulate import World, price_cap_usd_micros, target_regions
-from burst.sim.state import DEFAULT_CLOUDS, CloudModel, Outcome, usd_rate
+from burst.sim.state import DEFAULT_CLOUDS, CloudModel, Outcome, RuntimeMode, usd_rate
 from burst.sim.trace import SimJob
 
 Format = Literal["text", "json", "html"]
@@ -139,10 +139,11 @@ def _replay(
     catalog: Catalog,
     seed: int,
     clouds: CloudModel,
+    runtimes: RuntimeMode = "exact",
     progress: Callable[[float], None] | None = None,
 ) -> Outcome:
     """Module level, so that a process pool or a Dask worker can run it."""
-    world = World(jobs, onprem, replay.config, catalog, seed=seed, clouds=clouds)
+    world = World(jobs, onprem, replay.config, catalog, seed=seed, clouds=clouds, runtimes=runtimes)
     return world.run(replay.policy, progress)
 
 
@@ -167,6 +168,7 @@ def compare(
     clouds: CloudModel = DEFAULT_CLOUDS,
     progress: Progress | None = None,
     executor: Executor | None = None,
+    runtimes: RuntimeMode = "exact",
 ) -> Comparison:
     """Every policy on the same jobs, seed and clouds; the bound; the sweep when asked. The
     replays are independent: with an `executor` (local processes, or a Dask cluster's) they run
@@ -202,12 +204,13 @@ def compare(
             replays.append(_Replay(label, simulate.Burst(varied), varied, ("price", price)))
     if executor is None:
         outcomes = [
-            _replay(r, jobs, onprem, catalog, seed, clouds, _told(progress, r.label))
+            _replay(r, jobs, onprem, catalog, seed, clouds, runtimes, _told(progress, r.label))
             for r in replays
         ]
     else:
         futures = {
-            executor.submit(_replay, r, jobs, onprem, catalog, seed, clouds): r for r in replays
+            executor.submit(_replay, r, jobs, onprem, catalog, seed, clouds, runtimes): r
+            for r in replays
         }
         for done in as_completed(futures):
             if progress:

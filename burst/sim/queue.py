@@ -10,7 +10,7 @@ from bisect import bisect_left, insort
 from typing import Protocol
 
 from burst.model import RunningWorkload
-from burst.sim.state import WorldState
+from burst.sim.state import WorldState, told_runtime
 from burst.sim.trace import SimJob
 
 
@@ -50,12 +50,16 @@ class OnPremQueue(WorldState):
             job.state, job.started = "onprem", self.now
             self._unwait(i)
             end = self.now + job.spec.duration
-            self.running[i] = RunningWorkload(str(i), self.product, job.spec.gpus, self.dt(end))
+            # The decision expects it to end when the runtime it was told says (not when it will).
+            told = told_runtime(self, i) or self.default_runtime
+            expected = self.dt(self.now + told)
+            self.running[i] = RunningWorkload(str(i), self.product, job.spec.gpus, expected)
             self._at(end, "onprem-end", i)
 
     def _onprem_end(self, i: int) -> None:
         job = self.jobs[i]
         job.state, job.finished = "done", self.now
+        self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         del self.running[i]
         self.free[self.product] += job.spec.gpus
         self.onprem_gpu_s += job.spec.gpus * job.spec.duration

@@ -12,10 +12,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Literal
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.config import Config
+from burst.decide.runtimes import Learned
 from burst.model import BudgetView, Cloud, OfferKey, PoolView, RunningWorkload, Workload
 from burst.money import ledger
 from burst.sim.trace import SimJob
@@ -38,6 +40,9 @@ class CloudModel:
 
 
 DEFAULT_CLOUDS = CloudModel()
+RuntimeMode = Literal["exact", "noisy", "learned", "none"]
+# Declared runtimes are off by a factor of e^0.5 = 1.6 either way about a third of the time.
+NOISE_SIGMA = 0.5
 # Clouds that launch at once, never refuse, fail or reclaim: as the clouds of Starburst's simulator
 # (ATC'24) are, for a comparison on its terms (`burst simulate --clouds ideal`).
 IDEAL_CLOUDS = CloudModel(
@@ -151,6 +156,24 @@ class _VirtualClock:
         return self._world.dt(self._world.now)
 
 
+def told_runtime(world: WorldState, i: int) -> int | None:
+    """The runtime the decision is told for job i (None: the policy's default), fixed when it is
+    first asked (a learned one, at the job's first decision)."""
+    if i not in world.told:
+        spec = world.jobs[i].spec
+        if world.runtimes == "exact":
+            told: int | None = spec.duration
+        elif world.runtimes == "noisy":
+            told = world.guessed[i]
+        elif world.runtimes == "learned":
+            found = world.learned.estimate(spec.team, spec.job_id, spec.gpus)
+            told = None if found is None else int(found[0].total_seconds())
+        else:
+            told = None
+        world.told[i] = told
+    return world.told[i]
+
+
 class WorldState:
     """The simulated state: on-prem queues, pools, jobs, the event queue and the bill."""
 
@@ -163,6 +186,7 @@ class WorldState:
         *,
         seed: int = 1,
         clouds: CloudModel = DEFAULT_CLOUDS,
+        runtimes: RuntimeMode = "exact",
     ) -> None:
         assert config.service is not None
         self.config, self.catalog, self.clouds = config, catalog, clouds
@@ -213,6 +237,25 @@ class WorldState:
         self.by_provider: dict[str, int] = {}
         self.pools_created = self.refusals = self.failures = self.interruptions = 0
         self.onprem_gpu_s = 0.0
+        # What the decision is told of each job's runtime (views.py): exactly its duration, a
+        # user's guess (the duration times a log-normal error), nothing but what finished jobs
+        # taught (decide/runtimes.py), or nothing (the policy's default). Its own random stream,
+        # so that the clouds' draws stay those of the other modes.
+        self.runtimes: RuntimeMode = runtimes
+        self.learned = Learned()
+        self.default_runtime = max(
+            (
+                int(p.spec.defaults.expected_runtime.total_seconds())
+                for p in config.policies.values()
+            ),
+            default=3600,
+        )
+        guesses = random.Random(f"runtimes-{seed}")  # noqa: S311 (simulation, not security)
+        self.guessed = [
+            max(1, round(j.spec.duration * math.exp(guesses.gauss(0.0, NOISE_SIGMA))))
+            for j in self.jobs
+        ]
+        self.told: dict[int, int | None] = {}  # job -> the runtime the decision was told
         self.decisions = 0
 
     # -- time --

@@ -19,7 +19,7 @@ from typing import cast
 from burst.amounts import Money
 from burst.model import PoolView, Workload
 from burst.sim.clouds import CloudPools
-from burst.sim.state import Pool, WorldState, first_fit
+from burst.sim.state import Pool, WorldState, first_fit, told_runtime
 
 
 def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> PoolView:
@@ -58,6 +58,7 @@ class Views(CloudPools):
         w = self.workloads.get(i)
         if w is None:
             s = self.jobs[i].spec
+            told = told_runtime(self, i)
             submitted = self.dt(s.submit)
             w = Workload(
                 uid=str(i),
@@ -71,7 +72,7 @@ class Views(CloudPools):
                 pending_since=submitted,
                 burstable=True,
                 deadline=self.dt(s.deadline),
-                expected_runtime=timedelta(seconds=s.duration),
+                expected_runtime=None if told is None else timedelta(seconds=told),
             )
             self.workloads[i] = w
         return w

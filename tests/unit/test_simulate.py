@@ -256,3 +256,25 @@ def test_replays_run_alike_in_turn_in_local_processes_and_on_dask() -> None:
         Client(cluster) as client,
     ):
         assert run(client.get_executor()) == alone
+
+
+def test_what_burst_is_told_of_runtimes_changes_its_decisions_not_the_jobs() -> None:
+    """`--runtimes`: exact, a user's noisy guess, learned from the jobs that finished, or none (the
+    policy's default). The jobs run as long as they do whatever burst is told."""
+    jobs = [job(f"train-{i}", 900 * i, 1800 + 60 * i, 8, 900 * i + 3 * 3600) for i in range(10)]
+
+    def replay_told(mode: str) -> tuple[object, list[int | None]]:
+        world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY, runtimes=mode)  # type: ignore[arg-type]
+        out = world.run(simulate.Burst(CFG))
+        return out, [world.told.get(i) for i in range(len(jobs))]
+
+    exact, told = replay_told("exact")
+    assert told == [j.duration for j in jobs]
+    _, guessed = replay_told("noisy")
+    assert guessed != told and all(g is not None and g > 0 for g in guessed)
+    _, none = replay_told("none")
+    assert none == [None] * len(jobs)
+    _, learned = replay_told("learned")
+    assert learned[0] is None  # nothing had finished yet
+    assert any(t is not None for t in learned)  # later ones learned from those before
+    assert exact == replay(simulate.Burst(CFG), jobs)[1]  # exact is the default

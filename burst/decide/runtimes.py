@@ -1,0 +1,55 @@
+"""Runtimes nobody declared: estimates learned from the workloads seen to finish, for the decision's
+on-prem estimate and its cloud costs (planner.py reads a workload's declared runtime first, then
+these, then the policy's default).
+
+Pure and small: `Learned.observe` records how long a workload ran, keyed from the most to the least
+specific (namespace, name stem and GPUs; namespace and stem; namespace and GPUs); `estimate` answers
+from the most specific key with enough history, a high quantile of its last runs rather than their
+mean, because a job that runs longer than its estimate is the one that misses its deadline on-prem,
+and says where the estimate came from.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from datetime import timedelta
+
+QUANTILE = 0.8  # four runs in five take no longer than the estimate
+KEEP = 50  # the last runs of a key: habits change
+AT_LEAST = 3  # runs of a key before it answers
+
+# A name's trailing generated parts: numbers, hashes, dates ("train-resnet-20261130-7f3a9c").
+_GENERATED = re.compile(r"([-_.](\d+|[0-9a-f]{5,}|[a-z0-9]{5}))+$")
+
+
+def stem(name: str) -> str:
+    """A workload name without what generates it anew each time: runs of one job share it."""
+    return _GENERATED.sub("", name.lower()) or name.lower()
+
+
+class Learned:
+    def __init__(self) -> None:
+        self._runs: dict[tuple[str, ...], deque[int]] = {}
+
+    @staticmethod
+    def _keys(namespace: str, name: str, gpus: int) -> list[tuple[str, ...]]:
+        s = stem(name)
+        return [(namespace, s, str(gpus)), (namespace, s), (namespace, f"{gpus} GPUs")]
+
+    def observe(self, namespace: str, name: str, gpus: int, seconds: int) -> None:
+        for key in self._keys(namespace, name, gpus):
+            self._runs.setdefault(key, deque(maxlen=KEEP)).append(seconds)
+
+    def estimate(self, namespace: str, name: str, gpus: int) -> tuple[timedelta, str] | None:
+        """The estimate and where it came from, or None without enough history."""
+        for key in self._keys(namespace, name, gpus):
+            runs = self._runs.get(key)
+            if runs is not None and len(runs) >= AT_LEAST:
+                ordered = sorted(runs)
+                at = ordered[min(len(ordered) - 1, math.ceil(QUANTILE * len(ordered)) - 1)]
+                what = "/".join(key)
+                source = f"learned: p{round(QUANTILE * 100)} of the last {len(runs)} runs of {what}"
+                return timedelta(seconds=at), source
+        return None

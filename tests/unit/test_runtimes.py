@@ -1,0 +1,33 @@
+"""Runtimes learned from finished workloads (decide/runtimes.py), and the simulator's runtime modes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from burst.decide.runtimes import Learned, stem
+
+
+def test_runs_of_one_job_share_a_stem() -> None:
+    assert stem("train-resnet-20261130-7f3a9c") == "train-resnet"
+    assert stem("train-resnet-42") == stem("train-resnet-43") == "train-resnet"
+    assert stem("application_1506638472019_10271") == "application"
+    assert stem("eval") == "eval"
+
+
+def test_an_estimate_is_a_high_quantile_of_the_most_specific_history() -> None:
+    learned = Learned()
+    assert learned.estimate("cms-ml", "train-1", 4) is None
+    for i, seconds in enumerate([600, 700, 800, 900, 5000]):
+        learned.observe("cms-ml", f"train-{i}", 4, seconds)
+    found = learned.estimate("cms-ml", "train-9", 4)
+    assert found is not None
+    estimate, source = found
+    # p80 of five runs: the fourth longest, not the mean (1,600 s) nor the longest.
+    assert estimate == timedelta(seconds=900)
+    assert source == "learned: p80 of the last 5 runs of cms-ml/train/4"
+    # Another GPU count: the job's runs of any size answer before the namespace's.
+    assert learned.estimate("cms-ml", "train-9", 8) == (
+        timedelta(seconds=900),
+        "learned: p80 of the last 5 runs of cms-ml/train",
+    )
+    assert learned.estimate("atlas-ml", "train-9", 4) is None
