@@ -322,7 +322,7 @@ class Provisioner:
                 session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch
             )
             session.commit()
-        self.look(session, row)  # the last look at its instances, ended ones included
+        look(self, session, row)  # the last look at its instances, ended ones included
         try:
             self.call(row.target, "delete_pool", name)
             # Done when the cloud says the pool is gone, not when it took the request (GKE's
@@ -334,7 +334,6 @@ class Provisioner:
             log.warning("delete %s: %s; will try again", name, exc.message)
             return None
         if still is not None:
-            record_instances(session, row, still)
             log.info("pool %s: the cloud is deleting it (%s)", name, still.phase)
             return None
         failpoints.hit("pool-deleted-in-cloud")
@@ -343,12 +342,6 @@ class Provisioner:
             session.commit()
         return row
 
-    def look(self, session: Session, row: Pool) -> None:
-        """Record the pool's instances as the cloud reports them now, if it does (the meter bills
-        them); a pool the cloud does not answer for is left to the passes that follow it."""
-        with contextlib.suppress(ProviderError):
-            record_instances(session, row, self.call(row.target, "get_pool", row.name))
-
     def mark_deleted(self, session: Session, row: Pool) -> None:
         at = row.deleted_at or self.clock.now()
         _event(session, row, "deleted", 0, at, row.state_reason, self.epoch)
@@ -356,6 +349,13 @@ class Provisioner:
 
     def deleting(self, session: Session) -> list[Pool]:
         return list(session.scalars(select(Pool).where(Pool.state == "deleting")))
+
+
+def look(provisioner: Provisioner, session: Session, row: Pool) -> None:
+    """Record the pool's instances as the cloud reports them now, if it does (the meter bills
+    them); a pool the cloud does not answer for is left to the passes that follow it."""
+    with contextlib.suppress(ProviderError):
+        record_instances(session, row, provisioner.call(row.target, "get_pool", row.name))
 
 
 def record_instances(session: Session, row: Pool, pool: CloudPool) -> None:

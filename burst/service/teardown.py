@@ -17,7 +17,7 @@ from burst import failpoints
 from burst.amounts import Money
 from burst.clock import Clock
 from burst.cloud.provider import ProviderError
-from burst.cloud.provision import Provisioner
+from burst.cloud.provision import Provisioner, look
 from burst.config import Config
 from burst.kube.replicate import KubeObjects
 from burst.kube.sync import Syncer
@@ -143,7 +143,7 @@ class Teardown:
                     | ((Pool.state == "failed") & (Pool.deleted_at >= hour - 2 * HOUR))
                 )
             ).all():
-                self.provisioner.look(s, row)  # instances replaced since the last look
+                look(self.provisioner, s, row)  # instances replaced since the last look
                 self.meter_pool(s, row)
             self._metered_to = hour
         held = s.execute(
