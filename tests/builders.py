@@ -102,3 +102,32 @@ def workload(uid: str = "w1", **fields: Any) -> Workload:
     }
     values.update(fields)
     return Workload(**values)
+
+
+def pool_row(**fields: Any) -> Any:
+    """A `pools` row (store/tables.py) with sensible defaults: one on-demand V100 node on AWS."""
+    from burst.store.tables import Pool
+
+    values: dict[str, Any] = {
+        "name": "p",
+        "token": "t",
+        "target": "aws-eu",
+        "provider": "aws",
+        "region": "eu-west-1",
+        "instance_type": "p3.2xlarge",
+        "capacity": "on-demand",
+        "accelerator": "V100",
+        "gpus_per_node": 1,
+        "nodes_desired": 1,
+        "policy": "ml",
+        "unit_price_micros": 3_060_000,
+        "currency": "USD",
+        "price_source": "catalog",
+        "epoch": 1,
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+    values.update(fields)
+    if "token" not in fields:
+        values["token"] = values["name"]
+    return Pool(**values)

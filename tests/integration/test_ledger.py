@@ -16,6 +16,7 @@ from burst.money import alerts, ledger
 from burst.money.meter import Charge, PoolHistory, Use, meter
 from burst.store import database
 from burst.store.tables import BudgetReservation, LedgerEntry
+from tests.builders import pool_row
 
 T0 = datetime(2026, 11, 3, 8, 0, tzinfo=UTC)
 RATES = {"CHF": Decimal("0.80")}
@@ -256,30 +257,10 @@ def test_budget_periods_follow_the_configured_time_zone() -> None:
 
 
 def _pool(s, name: str) -> int:  # type: ignore[no-untyped-def]
-    from burst.store.tables import Pool
-
-    row = Pool(
-        name=name,
-        token=name,
-        target="aws",
-        provider="aws",
-        region="eu-central-1",
-        instance_type="g5.xlarge",
-        capacity="spot",
-        accelerator="A10G",
-        gpus_per_node=1,
-        nodes_desired=1,
-        policy="ml",
-        unit_price_micros=1_000_000,
-        currency="USD",
-        price_source="catalog",
-        epoch=1,
-        created_at=T0,
-        updated_at=T0,
-    )
+    row = pool_row(name=name, created_at=T0, updated_at=T0)
     s.add(row)
     s.flush()
-    return row.id
+    return int(row.id)
 
 
 def test_a_workload_run_twice_has_each_charge_counted_once_against_its_budget(sessions) -> None:  # type: ignore[no-untyped-def]
