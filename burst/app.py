@@ -20,7 +20,7 @@ from burst.cloud import catalog
 from burst.cloud.catalog import UnavailableOffers
 from burst.cloud.provider import Provider
 from burst.cloud.provision import Provisioner
-from burst.config import Config, KubernetesAccess
+from burst.config import Config, KubernetesAccess, TargetSpec
 from burst.kube.connect import cloud_client
 from burst.kube.copies import RemoteCopies
 from burst.kube.events import EventRecorder
@@ -68,6 +68,14 @@ def kube_client(access: KubernetesAccess, setting: str = "spec.onPrem") -> Any:
         )
         raise StartupError(f"{setting}: {how}: {_first_line(exc)}") from None
     return TimedApiClient(configuration)
+
+
+def _sim_kube(target: TargetSpec, remote_apis: dict[str, Any]) -> Any:
+    """Where a simulated cloud registers its nodes: its own way in, else burst's."""
+    if target.sim is not None and target.sim.kubeconfig:
+        access = KubernetesAccess(kubeconfig=target.sim.kubeconfig)
+        return kube_client(access, f"targets {target.name}: sim.kubeconfig")
+    return remote_apis[target.name]
 
 
 def reachable(api: Any, setting: str) -> None:
@@ -186,7 +194,9 @@ def build(config_dir: Path, identity: str, clock: Clock | None = None) -> Servic
         for i, t in enumerate(spec.targets)
         if not t.kubernetes.from_cloud
     }
-    built = providers.build(cfg.service, offers, clock, kube_for=lambda t: remote_apis[t.name])
+    built = providers.build(
+        cfg.service, offers, clock, kube_for=lambda t: _sim_kube(t, remote_apis)
+    )
     for t in spec.targets:  # clusters reached with the cloud's own tokens: through the provider
         if t.kubernetes.from_cloud:
             remote_apis[t.name] = cloud_client(_cluster_access(built[t.name], t.name), clock.now)

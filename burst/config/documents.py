@@ -180,6 +180,10 @@ class SimCluster(Strict):
     # Where the simulated cloud keeps its pools, so that they outlive the service process as a
     # real cloud's do (the soak harness sets its faults there too); unset: in the process.
     state_file: str | None = None
+    # How the simulated cloud's own control plane reaches the cluster to register and remove its
+    # nodes: a real cloud's controllers delete the Node of a terminated instance from inside its
+    # network, whether burst can reach the cluster or not. Unset: burst's own connection.
+    kubeconfig: str | None = None
 
 
 class TargetSpec(Strict):
@@ -254,6 +258,10 @@ class Graces(Strict):
     # A pool in a cloud with this installation's tag but no row (a create whose row was lost) is
     # deleted once seen for this long.
     orphan_pool: Duration = timedelta(minutes=10)
+    # How long burst may go without acting (a slow pass, a failover, the database away) while a
+    # copy under a hard budget runs: each pass has that much of the run reserved ahead, so that
+    # the budget holds meanwhile (service/spend.py). Longer holds more of a budget back.
+    budget_horizon: Duration = timedelta(minutes=10)
 
 
 class ApiSpec(Strict):

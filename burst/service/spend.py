@@ -2,8 +2,9 @@
 running under a hard budget has what it will cost until burst can next act reserved, and one whose
 budget refuses is stopped and requeued on-prem (money/guard.py says why and how much).
 
-"Until burst can next act" is two reconcile intervals and a leader's lease: a pass that comes late,
-or a new leader taking over, still finds the run covered. Statements per pass: one for the running
+"Until burst can next act" is `graces.budgetHorizon` (at least two reconcile intervals and a
+leader's lease): a slow pass, a new leader taking over or a database outage within it still finds
+the run covered. The long soak passed its budget by 1 % with only the intervals and the lease. Statements per pass: one for the running
 copies, one per hard budget for what its reservations hold, one for the runs' last posted hours;
 a reservation or a stop adds a few for that run alone.
 """
@@ -42,8 +43,9 @@ class SpendGuard:
         self.service = config.service.spec
         self.clock, self.remote = clock, remote
         self.hard = [b for b in budgets if b.hard]
-        self.ahead = (
-            2 * self.service.intervals.reconcile + self.service.leader_election.lease_duration
+        self.ahead = max(
+            self.service.graces.budget_horizon,
+            2 * self.service.intervals.reconcile + self.service.leader_election.lease_duration,
         )
 
     def check(self, s: Session, out: Outcomes) -> None:

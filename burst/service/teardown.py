@@ -17,7 +17,7 @@ from burst import failpoints
 from burst.amounts import Money
 from burst.clock import Clock
 from burst.cloud.provider import ProviderError
-from burst.cloud.provision import Provisioner, look
+from burst.cloud.provision import Provisioner, look, record_instances
 from burst.config import Config
 from burst.kube.replicate import KubeObjects
 from burst.kube.sync import Syncer
@@ -75,6 +75,9 @@ class Teardown:
                     row = rows.get(name)
                     if row is not None and row.state not in ("deleted", "failed"):
                         self._orphans_seen.pop(name, None)
+                        # Its instances as listed: a pool deleted out of band later is billed
+                        # with those replaced since its last look, up to this one.
+                        record_instances(s, row, in_cloud[name])
                         continue
                     first = self._orphans_seen.setdefault(name, now)
                     if now - first >= grace:
@@ -97,6 +100,7 @@ class Teardown:
                     if row.name not in in_cloud:
                         done.append(f"pool {row.name} vanished from {target}")
                         self._lost_pool(s, row)
+            s.commit()
         return done
 
     def _lost_pool(self, s: Session, row: Pool) -> None:

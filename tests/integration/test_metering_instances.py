@@ -151,3 +151,20 @@ def test_a_failed_launch_whose_deletion_was_refused_is_billed_until_it_went(
     # The orphan collection deletes it an hour later: its nodes ran, and are billed, until then.
     world.teardown.collect_orphans(grace=timedelta(0))
     assert world.matches_the_bill("failed", ON_DEMAND), world.charged("failed")
+
+
+@pytest.mark.parametrize("world", [120], indirect=True)
+def test_a_pool_deleted_out_of_band_is_billed_for_the_instances_listed_before(
+    world: World,
+) -> None:
+    """Its last look was at its launch; the orphan scan lists every pool with its instances, so
+    a replacement seen there is billed when the pool goes behind burst's back."""
+    world.create("gone", SPOT, 1)
+    world.passes(1, timedelta(seconds=8))
+    world.clock.advance(timedelta(seconds=5))
+    assert world.sim.interrupt("gone")
+    world.clock.advance(timedelta(seconds=20))
+    world.teardown.collect_orphans()  # lists it, with both instances
+    world.sim.delete_pool("gone", by="operator")
+    world.teardown.collect_orphans()  # finds it gone: closed and metered
+    assert world.matches_the_bill("gone", SPOT), world.charged("gone")

@@ -55,19 +55,19 @@ spec:
     - name: sim-aws
       provider: sim
       region: eu-central-1
-      sim: {{cloud: aws, stateFile: {state}}}
+      sim: {{cloud: aws, stateFile: {state}, kubeconfig: {cloud_side}}}
       kubernetes: {{kubeconfig: {remote}}}
       provisioningEstimate: 5s
       remoteNamespace: "aws-{{namespace}}"
     - name: sim-gcp
       provider: sim
       region: europe-west4
-      sim: {{cloud: gcp, stateFile: {state}}}
+      sim: {{cloud: gcp, stateFile: {state}, kubeconfig: {cloud_side}}}
       kubernetes: {{kubeconfig: {remote}}}
       provisioningEstimate: 5s
       remoteNamespace: "gcp-{{namespace}}"
   intervals: {{reconcile: 1s, sync: 1s, teardown: 1s, meter: 5s, orphanGc: 5s}}
-  graces: {{remoteCluster: {remote_grace}s, orphanPool: {orphan_grace}s}}
+  graces: {{remoteCluster: {remote_grace}s, orphanPool: {orphan_grace}s, budgetHorizon: 60s}}
   api: {{tokenFile: {token}}}
   leaderElection: {{namespace: default, leaseName: burst-leader, leaseDuration: {lease}s}}
 ---
@@ -173,6 +173,9 @@ class Soak:
                         remote=world.kubeconfig(
                             self.dir / "remote.kc", f"http://127.0.0.1:{self.remote_gate.port}"
                         ),
+                        # The clouds remove the Nodes of the instances they end from inside,
+                        # past the gate that cuts burst off the cluster.
+                        cloud_side=world.kubeconfig(self.dir / "cloud.kc", remote_url),
                         state=self.state,
                         token=self.dir / "token",
                         lease=LEASE_S,
