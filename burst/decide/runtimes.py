@@ -1,6 +1,6 @@
 """Runtimes nobody declared: estimates learned from the workloads seen to finish, for the decision's
-on-prem estimate and its cloud costs (planner.py reads a workload's declared runtime first, then
-these, then the policy's default).
+on-prem estimate and its cloud costs. The simulator replays with them (`burst simulate --runtimes
+learned`, sim/state.py); the service does not learn yet, and falls back to the policy's default.
 
 Pure and small: `Learned.observe` records how long a workload ran, keyed from the most to the least
 specific (namespace, name stem and GPUs; namespace and stem; namespace and GPUs); `estimate` answers
@@ -21,7 +21,8 @@ KEEP = 50  # the last runs of a key: habits change
 AT_LEAST = 3  # runs of a key before it answers
 
 # A name's trailing generated parts: numbers, hashes, dates ("train-resnet-20261130-7f3a9c").
-_GENERATED = re.compile(r"([-_.](\d+|[0-9a-f]{5,}|[a-z0-9]{5}))+$")
+# Generated parts carry a digit: a word ("model", "decade") is part of the name.
+_GENERATED = re.compile(r"([-_.](\d+|(?=[a-f]*\d)[0-9a-f]{5,}|(?=[a-z]*\d)[a-z0-9]{5}))+$")
 
 
 def stem(name: str) -> str:

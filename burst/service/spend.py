@@ -4,9 +4,9 @@ budget refuses is stopped and requeued on-prem (money/guard.py says why and how 
 
 "Until burst can next act" is `graces.budgetHorizon` (at least two reconcile intervals and a
 leader's lease): a slow pass, a new leader taking over or a database outage within it still finds
-the run covered. The long soak passed its budget by 1 % with only the intervals and the lease. Statements per pass: one for the running
-copies, one per hard budget for what its reservations hold, one for the runs' last posted hours;
-a reservation or a stop adds a few for that run alone.
+the run covered. The long soak passed its budget by 1 % with only the intervals and the lease.
+Statements per pass: one for the running copies, one per hard budget for what its reservations
+hold, one for the runs' last posted hours; a reservation or a stop adds a few for that run alone.
 """
 
 from __future__ import annotations

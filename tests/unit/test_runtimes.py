@@ -12,6 +12,9 @@ def test_runs_of_one_job_share_a_stem() -> None:
     assert stem("train-resnet-42") == stem("train-resnet-43") == "train-resnet"
     assert stem("application_1506638472019_10271") == "application"
     assert stem("eval") == "eval"
+    assert stem("train-model") == "train-model"  # a word, not a generated suffix
+    assert stem("train-model-x7k2p") == "train-model"
+    assert stem("fine-tune-decade") == "fine-tune-decade"
 
 
 def test_an_estimate_is_a_high_quantile_of_the_most_specific_history() -> None:
