@@ -235,10 +235,12 @@ class Reconciler:
             used.setdefault(name, []).extend([gpus] * pods)
             active_pools.add(name)
         now = self.clock.now()
+        # A pool with work is busy whatever its state (one grown for new work is `resizing`);
+        # a ready one without is idle from the first pass that sees it so.
+        for name in active_pools:
+            self.teardown.idle_since.pop(name, None)
         for name in s.scalars(select(Pool.name).where(Pool.state == "ready")):
-            if name in active_pools:
-                self.teardown.idle_since.pop(name, None)
-            else:
+            if name not in active_pools:
                 self.teardown.idle_since.setdefault(name, now)
         snapshot = Snapshot(
             taken_at=now,

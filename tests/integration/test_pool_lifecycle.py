@@ -255,3 +255,61 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
         observer.stop()
         cluster.stop()
         engine.dispose()
+
+
+def test_an_idle_pool_grown_for_new_work_is_not_deleted_as_idle_while_it_grows(
+    kube: Any, tmp_path: Path
+) -> None:
+    """Its jobs done, a pool counted as idle; the next pass grew it for two new jobs, and a pool
+    `resizing` was never counted busy again: four seconds later (the idle TTL) it was deleted
+    under the job already running on it (the long soak's `work_lost_to_burst`)."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    cluster = Sandbox(clock=clock, tick=0.01).start()
+    remote = KubeObjects(client.ApiClient(client.Configuration(host=cluster.url)))
+    world = SimCloud(clock, settings=SimSettings())
+    provider = SimProvider(
+        world, target="sim-aws", cloud="aws", region="eu-central-1",
+        offers=lambda: list(SHIPPED), kube=remote.api,
+    )  # fmt: skip
+    engine, sessions = sessions_in(tmp_path)
+    local = cms_ml(kube, job_manifest("first", 1, deadline="4h", seconds=60))
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler_for(
+            cfg, SHIPPED, clock, sessions, observer, kube, {"sim-aws": remote.api},
+            {"sim-aws": provider},
+        )  # fmt: skip
+
+        def states() -> dict[str, str]:
+            with sessions() as s:
+                return {w.name: w.state for w in s.scalars(select(Workload))}
+
+        for _ in range(60):  # the launch takes minutes, then the job one
+            clock.advance(timedelta(seconds=20))
+            loop.run_once()
+            if states()["first"] == "succeeded":
+                break
+        assert loop.teardown.idle_since  # idle now, within its TTL
+        for name in ("second", "third"):  # one fits its node, the other needs one more
+            job = job_manifest(name, 1, deadline="4h", seconds=3600)
+            local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+        wait_for(lambda: {"second", "third"} <= {w.name for w in observer.workloads()})
+        loop.run_once()
+        with sessions() as s:
+            (pool,) = s.scalars(select(Pool)).all()
+            assert (pool.state, pool.nodes_desired) == ("resizing", 2)
+        # The new node takes minutes (the simulated launch), far past the 4 s idle TTL.
+        for _ in range(30):
+            clock.advance(timedelta(seconds=2))
+            loop.run_once()
+            with sessions() as s:
+                (pool,) = s.scalars(select(Pool)).all()
+                assert pool.state in ("resizing", "ready"), pool.state_reason
+        assert states()["second"] == "dispatched"
+    finally:
+        observer.stop()
+        cluster.stop()
+        engine.dispose()

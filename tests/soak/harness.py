@@ -198,6 +198,7 @@ class Soak:
                     foreign=("sim-aws", f"{INSTALLATION}-pool-x"),
                     orphan_grace=ORPHAN_GRACE + ORPHAN_GC,
                     pass_interval=PASS,
+                    scan_interval=ORPHAN_GC,
                     budgets={"theory": BUDGET_MICROS},
                     max_pools=6,  # as the policy says
                     max_nodes=4,

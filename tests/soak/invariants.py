@@ -21,7 +21,8 @@ passes only with every count at zero.
 - `ledger_changed`: a ledger row updated or deleted once seen.
 - `ledger_mismatch`: at the end, a pool's ledger total off the integral of its nodes' lifetimes x
   the offer's price under the cloud's billing rule by more than the service can see (its pass
-  interval per node, either side, and a cent).
+  interval per node, either side, its orphan scan interval more for a pool deleted out of band,
+  and a cent).
 - `reason_missing`: at the end, a hostile job burst refused without a BurstRefused Event, a
   malformed job without an InvalidBurstAnnotation Event, a job the last plan skipped without a
   NotBursting Event.
@@ -74,6 +75,9 @@ class Checker:
     budgets: dict[str, int]  # hard budget namespace -> amount in USD micros per day
     max_pools: int
     max_nodes: int
+    # How often the service lists the clouds' pools: a pool deleted out of band is seen gone
+    # only then, and billed until then.
+    scan_interval: timedelta = timedelta(0)
     violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     checks: int = 0
@@ -262,11 +266,14 @@ class Checker:
             rule = BILLING[key.cloud]
             per_s = offer.hourly.micros / 3600
             truth, slack = 0.0, 10_000.0  # a cent
+            unseen = self.pass_interval * 2
+            if p["deleted"] and p["deleted_by"] != "burst":
+                unseen += self.scan_interval
             for node in p["gone"] + p["nodes"]:
                 start = datetime.fromisoformat(node["launched"])
                 end = datetime.fromisoformat(node["ended"]) if node["ended"] else datetime.now(UTC)
                 truth += rule.billable((end - start).total_seconds()) * per_s
-                slack += 2 * self.pass_interval.total_seconds() * per_s
+                slack += unseen.total_seconds() * per_s
             found = int(posted.get(p["spec"]["name"]) or 0)
             if abs(found - truth) > slack:
                 self._broken(
