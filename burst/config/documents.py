@@ -177,12 +177,10 @@ class SimCluster(Strict):
 
     cloud: Cloud
     cluster: str = "remote"
-    # Where the simulated cloud keeps its pools, so that they outlive the service process as a
-    # real cloud's do (the soak harness sets its faults there too); unset: in the process.
+    # Where the simulated cloud keeps its pools, to outlive the process as a real cloud's do.
     state_file: str | None = None
-    # How the simulated cloud's own control plane reaches the cluster to register and remove its
-    # nodes: a real cloud's controllers delete the Node of a terminated instance from inside its
-    # network, whether burst can reach the cluster or not. Unset: burst's own connection.
+    # The cloud's own way into the cluster, where it adds and removes its nodes whether burst
+    # can reach the cluster or not (a cloud's controllers do). Unset: burst's connection.
     kubeconfig: str | None = None
 
 
@@ -252,15 +250,12 @@ class Intervals(Strict):
 
 
 class Graces(Strict):
-    # A remote cluster that has not answered for this long is lost: its workloads go back to
-    # the on-prem queue.
+    # A remote cluster silent this long is lost: its workloads go back to the on-prem queue.
     remote_cluster: Duration = timedelta(minutes=10)
-    # A pool in a cloud with this installation's tag but no row (a create whose row was lost) is
-    # deleted once seen for this long.
+    # A pool in a cloud with this installation's tag and no row is deleted once seen this long.
     orphan_pool: Duration = timedelta(minutes=10)
-    # How long burst may go without acting (a slow pass, a failover, the database away) while a
-    # copy under a hard budget runs: each pass has that much of the run reserved ahead, so that
-    # the budget holds meanwhile (service/spend.py). Longer holds more of a budget back.
+    # How long burst may not act (a slow pass, a failover, the database away) while a copy under
+    # a hard budget runs: that much of the run is reserved ahead (service/spend.py).
     budget_horizon: Duration = timedelta(minutes=10)
 
 

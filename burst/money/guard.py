@@ -17,6 +17,19 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from burst.config import Config
+
+
+def horizon(config: Config) -> timedelta:
+    """How far ahead a run under a hard budget is paid for: `graces.budgetHorizon`, and at least
+    two reconcile intervals and a leader's lease."""
+    assert config.service is not None
+    spec = config.service.spec
+    return max(
+        spec.graces.budget_horizon,
+        2 * spec.intervals.reconcile + spec.leader_election.lease_duration,
+    )
+
 
 @dataclass(frozen=True)
 class Run:
@@ -47,3 +60,15 @@ def top_up(run: Run, now: datetime, ahead: timedelta) -> int:
     if unposted(run, now + ahead) <= run.held:
         return 0
     return unposted(run, now + 2 * ahead) - run.held
+
+
+def first_hold(
+    estimate: int, gpus: int, gpus_per_node: int, node_micros_per_hour: int, ahead: timedelta
+) -> int:
+    """What a dispatch under a hard budget reserves: its estimate, and at least what its run
+    costs over twice the horizon, which the first pass after it would ask for (`top_up`). A
+    short job's estimate alone let it be dispatched, then stopped by that pass and dispatched
+    again, over and over, while its budget ran low (the long soak's theory namespace)."""
+    seconds = 2 * ahead.total_seconds()
+    horizon = math.ceil(gpus * node_micros_per_hour * seconds / (gpus_per_node * 3600))
+    return max(estimate, horizon)

@@ -13,11 +13,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from burst.amounts import Money
 from burst.clock import Clock
 from burst.config import Config, selector_matches
 from burst.model import Dispatch
 from burst.model import Workload as WorkloadView
 from burst.money import ledger
+from burst.money.guard import first_hold, horizon
 from burst.store.tables import Dispatch as DispatchRow
 from burst.store.tables import Pool, Workload
 
@@ -36,6 +38,7 @@ class Intents:
         assert config.service is not None
         self.config, self.service, self.clock = config, config.service.spec, clock
         self.budgets, self.epoch = list(budgets), epoch
+        self.ahead = horizon(config)
 
     def record(
         self, s: Session, actions: Sequence[Dispatch], workloads: Iterable[WorkloadView]
@@ -99,12 +102,20 @@ class Intents:
         try:
             if covering:  # a refusal takes back this dispatch's reservations only
                 rates = self.service.usd_rates(now)
+                held = action.estimated_cost
+                if any(b.hard for b in covering):  # what the spend guard's first look asks
+                    estimate = ledger.convert({held.currency: held.micros}, pool.currency, rates)
+                    micros = first_hold(
+                        estimate.micros, w.gpus_per_pod * w.pods, pool.gpus_per_node,
+                        pool.unit_price_micros, self.ahead,
+                    )  # fmt: skip
+                    held = Money(micros, pool.currency)
                 with s.begin_nested():
                     for budget in covering:
                         ledger.reserve(
                             s,
                             budget,
-                            action.estimated_cost,
+                            held,
                             self.clock,
                             rates,
                             pool_id=pool.id,

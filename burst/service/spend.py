@@ -43,10 +43,7 @@ class SpendGuard:
         self.service = config.service.spec
         self.clock, self.remote = clock, remote
         self.hard = [b for b in budgets if b.hard]
-        self.ahead = max(
-            self.service.graces.budget_horizon,
-            2 * self.service.intervals.reconcile + self.service.leader_election.lease_duration,
-        )
+        self.ahead = guard.horizon(config)
 
     def check(self, s: Session, out: Outcomes) -> None:
         if not self.hard:
@@ -78,7 +75,14 @@ class SpendGuard:
                     budget=budget.name,
                     workload_id=w.id,
                     pool_id=pool.id,
-                    since=max(d.created_at, posted_to.get((w.uid, pool.id), start), start),
+                    # Charged from its dispatch once its pool's nodes were up, from its last
+                    # posted hour on, within the budget's period.
+                    since=max(
+                        d.created_at,
+                        pool.ready_at or d.created_at,
+                        start,
+                        posted_to.get((w.uid, pool.id), start),
+                    ),
                     gpus=w.gpus_per_pod * w.pods,
                     gpus_per_node=pool.gpus_per_node,
                     node_micros_per_hour=pool.unit_price_micros,

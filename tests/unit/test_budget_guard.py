@@ -35,3 +35,13 @@ def test_a_run_past_its_reservations_asks_for_twice_the_time_ahead() -> None:
     # Topped up, it asks for nothing until the time ahead is no longer covered.
     assert top_up(run(short + more), now + AHEAD, AHEAD) == 0
     assert top_up(run(short + more), now + AHEAD + timedelta(seconds=1), AHEAD) > 0
+
+
+def test_a_dispatch_holds_at_least_what_the_first_look_after_it_asks() -> None:
+    from burst.money.guard import first_hold
+
+    # 2 of 4 GPUs at 3.60 USD per node-hour: 500 micro-USD a second, 150 s over twice 75 s.
+    assert first_hold(10_000, 2, 4, 3_600_000, AHEAD) == 75_000  # a short job's estimate
+    assert first_hold(1_000_000, 2, 4, 3_600_000, AHEAD) == 1_000_000  # a long one's
+    held = first_hold(10_000, 2, 4, 3_600_000, AHEAD)
+    assert top_up(run(held), T0, AHEAD) == 0  # so its first look asks for nothing more
