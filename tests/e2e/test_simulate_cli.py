@@ -51,7 +51,8 @@ def test_the_html_report_draws_the_sweep_and_only_charts_with_data(tmp_path: Pat
     )
     assert done.returncode == 0, done.stderr[-2000:]
     page = out.read_text()
-    assert page.count('class="curve"') == 3  # the sweep: burst and two baselines
+    # The sweep: burst's margin and its price on waiting, and the two baselines.
+    assert page.count('class="curve"') == 4 and "burst, wait price" in page
     # At these deadlines the lower bound is 0: no empty chart under its heading, a sentence.
     plain = simulate("--trace", "openb", "-c", CONFIG, "--format", "json")
     assert json.loads(plain.stdout)["lower_bound"]["cost"] == 0
