@@ -196,7 +196,8 @@ class _Planner:
                     continue
                 why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
                 worth = None
-                if why is None:  # no trigger sends it: the time it would save may
+                if why is None and policy.spec.trigger.wait_price is not None:
+                    # No trigger sends it: the time it would save may.
                     fastest = self.fastest_launch(policy)
                     saved = time_saved(w, policy, est, runtimes[w.uid], fastest, self.now)
                     if saved is not None:

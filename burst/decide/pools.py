@@ -286,13 +286,9 @@ class EligiblePools:
         opened) and the policy's pools in both orders."""
         self.pools = sorted((p for group in groups for p in group), key=_opened)
         self.interruptible = [p for p in self.pools if p.offer.gpus >= 1 and p.interruptible]
-        mine = {p.seq for p in self.pools if p.offer.gpus >= 1 and not p.interruptible}
-        if len(mine) == len(by_gpu_price):  # it admits them all: the orders are its own
-            self._priced, self._growable = list(by_gpu_price), list(by_node_price)
-        else:
-            self._priced = [p for p in by_gpu_price if p.seq in mine]
-            self._growable = [p for p in by_node_price if p.seq in mine]
-        self._growable = [p for p in self._growable if not p.unavailable]
+        mine = {p.seq for p in self.pools if not p.interruptible}
+        self._priced = [p for p in by_gpu_price if p.seq in mine]
+        self._growable = [p for p in by_node_price if p.seq in mine and not p.unavailable]
         self.fastest_launch = min((p.launch for p in self._growable), default=None)
 
     def add(self, pool: OpenPool) -> None:

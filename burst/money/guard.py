@@ -46,11 +46,15 @@ class Run:
     held: int  # what its reservations on its pool still hold in this budget's period
 
 
+def _share(gpus: int, gpus_per_node: int, node_micros_per_hour: int, seconds: float) -> int:
+    """`gpus` of a node's price for `seconds`, rounded up: what the meter charges a run."""
+    return math.ceil(gpus * node_micros_per_hour * seconds / (gpus_per_node * 3600))
+
+
 def unposted(run: Run, until: datetime) -> int:
-    """What the run will have been charged between `run.since` and `until`, not yet posted:
-    its share of its node's price, rounded up."""
+    """What the run will have been charged between `run.since` and `until`, not yet posted."""
     seconds = max(0.0, (until - run.since).total_seconds())
-    return math.ceil(run.gpus * run.node_micros_per_hour * seconds / (run.gpus_per_node * 3600))
+    return _share(run.gpus, run.gpus_per_node, run.node_micros_per_hour, seconds)
 
 
 def top_up(run: Run, now: datetime, ahead: timedelta) -> int:
@@ -69,6 +73,6 @@ def first_hold(
     costs over twice the horizon, which the first pass after it would ask for (`top_up`). A
     short job's estimate alone let it be dispatched, then stopped by that pass and dispatched
     again, over and over, while its budget ran low (the long soak's theory namespace)."""
-    seconds = 2 * ahead.total_seconds()
-    horizon = math.ceil(gpus * node_micros_per_hour * seconds / (gpus_per_node * 3600))
-    return max(estimate, horizon)
+    return max(
+        estimate, _share(gpus, gpus_per_node, node_micros_per_hour, 2 * ahead.total_seconds())
+    )

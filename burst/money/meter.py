@@ -103,21 +103,26 @@ class _Instance:
 
 def instances(history: PoolHistory, rule: BillingRule) -> list[_Instance]:
     """Node instances as the cloud reported them, each billed from its launch with its own
-    minimum (a reclaimed spot node and its replacement are two); else from node-count changes:
-    growth launches nodes, shrinking ends the newest (a replacement between two looks at the
-    count is not seen: the bill's reconciliation corrects it)."""
-    out: list[_Instance] = []
-    if history.instances is not None:
-        for start, end in history.instances:
-            end = end or history.deleted
-            billed = (
-                None
-                if end is None
-                else start + timedelta(seconds=rule.billable((end - start).total_seconds()))
-            )
-            out.append(_Instance(start, end, billed))
-        return sorted(out, key=lambda i: (i.start, i.end or datetime.max.replace(tzinfo=UTC)))
+    minimum (a reclaimed spot node and its replacement are two); else from node-count changes."""
+    lifetimes = history.instances if history.instances is not None else _counted(history)
+    out = []
+    for start, end in lifetimes:
+        end = end or history.deleted
+        billed = (
+            None
+            if end is None
+            else start + timedelta(seconds=rule.billable((end - start).total_seconds()))
+        )
+        out.append(_Instance(start, end, billed))
+    return sorted(out, key=lambda i: (i.start, i.end or datetime.max.replace(tzinfo=UTC)))
+
+
+def _counted(history: PoolHistory) -> list[tuple[datetime, datetime | None]]:
+    """Instance lifetimes from node-count changes: growth launches nodes, shrinking ends the
+    newest (a replacement between two looks at the count is not seen: the bill's reconciliation
+    corrects it)."""
     running: list[datetime] = []
+    out: list[tuple[datetime, datetime | None]] = []
     changes = sorted(history.node_changes)
     if history.deleted is not None:
         changes.append((history.deleted, 0))
@@ -125,11 +130,8 @@ def instances(history: PoolHistory, rule: BillingRule) -> list[_Instance]:
         while len(running) < nodes:
             running.append(at)
         while len(running) > nodes:
-            start = running.pop()
-            seconds = (at - start).total_seconds()
-            out.append(_Instance(start, at, start + timedelta(seconds=rule.billable(seconds))))
-    out += [_Instance(start, None, None) for start in running]
-    return sorted(out, key=lambda i: (i.start, i.end or datetime.max.replace(tzinfo=UTC)))
+            out.append((running.pop(), at))
+    return out + [(start, None) for start in running]
 
 
 def _overlap(a0: datetime, a1: datetime, b0: datetime, b1: datetime | None) -> float:

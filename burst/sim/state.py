@@ -251,9 +251,9 @@ class WorldState:
             default=3600,
         )
         guesses = random.Random(f"runtimes-{seed}")  # noqa: S311 (simulation, not security)
-        self.guessed = [
+        self.guessed = [  # drawn in job order, whatever order the decisions ask in
             max(1, round(j.spec.duration * math.exp(guesses.gauss(0.0, NOISE_SIGMA))))
-            for j in self.jobs
+            for j in (self.jobs if runtimes == "noisy" else ())
         ]
         self.told: dict[int, int | None] = {}  # job -> the runtime the decision was told
         self.decisions = 0
