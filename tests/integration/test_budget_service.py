@@ -11,23 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 from sqlalchemy import func, select
 
 from burst import config
 from burst.amounts import Money
-from burst.app import reconciler_for
 from burst.clock import FakeClock
 from burst.cloud import catalog
 from burst.demo.scenario import job_manifest
 from burst.kube.observe import Observer
-from burst.kube.replicate import KubeObjects
 from burst.money import ledger
-from burst.sandbox import Sandbox
 from burst.store.tables import BudgetReservation, LedgerEntry, Pool, Workload
-from providers.sim import SimCloud, SimProvider, SimSettings
 from tests.conftest import ROOT, wait_for
-from tests.integration.test_pool_lifecycle import cms_ml, sessions_in
+from tests.integration.test_pool_lifecycle import cloud, cms_ml, reconciler, sessions_in
 
 SHIPPED = catalog.shipped()
 BUDGET = Money.of("0.60", "USD")
@@ -44,21 +39,6 @@ def budget_config(tmp_path: Path) -> config.Config:
     text = text.replace('amount: "0.001"', 'amount: "0.60"').replace("period: month", "period: day")
     (tmp_path / "config.yaml").write_text(text)
     return config.load([tmp_path], config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()))
-
-
-def cloud(clock: FakeClock) -> tuple[Sandbox, KubeObjects, SimProvider]:
-    """The cloud's cluster and one simulated AWS target whose nodes join it."""
-    cluster = Sandbox(clock=clock, tick=0.01).start()
-    remote = KubeObjects(client.ApiClient(client.Configuration(host=cluster.url)))
-    provider = SimProvider(
-        SimCloud(clock, settings=SimSettings()),
-        target="sim-aws",
-        cloud="aws",
-        region="eu-central-1",
-        offers=lambda: list(SHIPPED),
-        kube=remote.api,
-    )
-    return cluster, remote, provider
 
 
 def test_a_hard_budget_holds_over_many_passes(
@@ -80,16 +60,7 @@ def test_a_hard_budget_holds_over_many_passes(
     try:
         assert observer.wait_synced()
         wait_for(lambda: len(observer.workloads()) == 3)
-        loop = reconciler_for(
-            cfg,
-            SHIPPED,
-            clock,
-            sessions,
-            observer,
-            kube,
-            {"sim-aws": remote.api},
-            {"sim-aws": provider},
-        )
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
         estimates: set[int] = set()
         for _ in range(12 * 60):  # twelve hours, a pass a minute
             loop.run_once()
@@ -174,10 +145,7 @@ def test_a_run_longer_than_its_estimate_is_stopped_before_its_hard_budget_is_pas
     try:
         assert observer.wait_synced()
         wait_for(lambda: len(observer.workloads()) == 1)
-        loop = reconciler_for(
-            cfg, SHIPPED, clock, sessions, observer, kube, {"sim-aws": remote.api},
-            {"sim-aws": provider},
-        )  # fmt: skip
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
         copies = 0
         for _ in range(10 * 60):  # ten hours, a pass a minute
             loop.run_once()

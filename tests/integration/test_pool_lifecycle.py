@@ -61,6 +61,43 @@ def cms_ml(kube: Any, *jobs: dict[str, Any]) -> KubeObjects:
     return local
 
 
+def cloud(clock: FakeClock) -> tuple[Sandbox, KubeObjects, SimProvider]:
+    """The cloud's cluster (on the same clock) and one simulated AWS target whose nodes join it,
+    launching at real speed."""
+    cluster = Sandbox(clock=clock, tick=0.01).start()
+    remote = KubeObjects(client.ApiClient(client.Configuration(host=cluster.url)))
+    provider = SimProvider(
+        SimCloud(clock, settings=SimSettings()),
+        target="sim-aws",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: list(SHIPPED),
+        kube=remote.api,
+    )
+    return cluster, remote, provider
+
+
+def reconciler(
+    cfg: config.Config,
+    clock: FakeClock,
+    sessions: sessionmaker[Session],
+    observer: Observer,
+    kube: Any,
+    remote: Any,
+    provider: SimProvider,
+) -> Any:
+    """The reconcile loop as `burst serve` wires it, with the one target's cluster and cloud."""
+    return reconciler_for(
+        cfg, SHIPPED, clock, sessions, observer, kube, {"sim-aws": remote}, {"sim-aws": provider}
+    )
+
+
+def states(sessions: sessionmaker[Session]) -> dict[str, str]:
+    """Each workload's state in the database, by name."""
+    with sessions() as s:
+        return {w.name: w.state for w in s.scalars(select(Workload))}
+
+
 def passes_until(
     loop: Any,
     clock: FakeClock,
@@ -85,17 +122,7 @@ def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
     creation, then failed it and deleted it under the job running on it."""
     cfg = one_target_config(tmp_path)
     clock = FakeClock()
-    cluster = Sandbox(clock=clock, tick=0.01).start()  # the cloud cluster, on the same clock
-    remote = KubeObjects(client.ApiClient(client.Configuration(host=cluster.url)))
-    world = SimCloud(clock, settings=SimSettings())
-    provider = SimProvider(
-        world,
-        target="sim-aws",
-        cloud="aws",
-        region="eu-central-1",
-        offers=lambda: list(SHIPPED),
-        kube=remote.api,
-    )
+    cluster, remote, provider = cloud(clock)
     engine, sessions = sessions_in(tmp_path)
     # No GPUs on-prem: every job goes to the cloud.
     local = cms_ml(kube, job_manifest("first", 1, deadline="4h", seconds=3600))
@@ -103,28 +130,15 @@ def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
     try:
         assert observer.wait_synced()
         wait_for(lambda: observer.workloads())
-        loop = reconciler_for(
-            cfg,
-            SHIPPED,
-            clock,
-            sessions,
-            observer,
-            kube,
-            {"sim-aws": remote.api},
-            {"sim-aws": provider},
-        )
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
 
-        def states() -> dict[str, str]:
-            with sessions() as s:
-                return {w.name: w.state for w in s.scalars(select(Workload))}
-
-        passes_until(loop, clock, lambda: states().get("first") == "dispatched")
+        passes_until(loop, clock, lambda: states(sessions).get("first") == "dispatched")
         # The pool has been up longer than its launch timeout (3 x 10 min), within its lifetime.
         clock.advance(timedelta(minutes=40))
         second = job_manifest("second", 1, deadline="4h", seconds=60)
         local.batch.create_namespaced_job("cms-ml", second, _preload_content=False)
         wait_for(lambda: len(observer.workloads()) == 2)
-        passes_until(loop, clock, lambda: states().get("second") == "dispatched")
+        passes_until(loop, clock, lambda: states(sessions).get("second") == "dispatched")
         with sessions() as s:
             pools = [(p.name, p.state, p.state_reason) for p in s.scalars(select(Pool))]
             assert len(pools) == 1, pools
@@ -133,13 +147,13 @@ def test_growing_a_pool_older_than_its_launch_timeout_keeps_it_and_its_jobs(
         passes_until(
             loop,
             clock,
-            lambda: states() == {"first": "succeeded", "second": "succeeded"},
+            lambda: states(sessions) == {"first": "succeeded", "second": "succeeded"},
             timedelta(minutes=1),
         )
         with sessions() as s:
             (pool,) = s.scalars(select(Pool)).all()
             assert pool.state != "failed", pool.state_reason
-        assert world.pools_created() == 1
+        assert provider.world.pools_created() == 1
     finally:
         observer.stop()
         cluster.stop()
@@ -227,16 +241,7 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
     try:
         assert observer.wait_synced()
         wait_for(lambda: observer.workloads())
-        loop = reconciler_for(
-            cfg,
-            SHIPPED,
-            clock,
-            sessions,
-            observer,
-            kube,
-            {"sim-aws": remote.api},
-            {"sim-aws": provider},
-        )
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
 
         def state() -> str | None:
             with sessions() as s:
@@ -265,32 +270,19 @@ def test_an_idle_pool_grown_for_new_work_is_not_deleted_as_idle_while_it_grows(
     under the job already running on it (the long soak's `work_lost_to_burst`)."""
     cfg = one_target_config(tmp_path)
     clock = FakeClock()
-    cluster = Sandbox(clock=clock, tick=0.01).start()
-    remote = KubeObjects(client.ApiClient(client.Configuration(host=cluster.url)))
-    world = SimCloud(clock, settings=SimSettings())
-    provider = SimProvider(
-        world, target="sim-aws", cloud="aws", region="eu-central-1",
-        offers=lambda: list(SHIPPED), kube=remote.api,
-    )  # fmt: skip
+    cluster, remote, provider = cloud(clock)
     engine, sessions = sessions_in(tmp_path)
     local = cms_ml(kube, job_manifest("first", 1, deadline="4h", seconds=60))
     observer = Observer(kube, clock).start()
     try:
         assert observer.wait_synced()
         wait_for(lambda: observer.workloads())
-        loop = reconciler_for(
-            cfg, SHIPPED, clock, sessions, observer, kube, {"sim-aws": remote.api},
-            {"sim-aws": provider},
-        )  # fmt: skip
-
-        def states() -> dict[str, str]:
-            with sessions() as s:
-                return {w.name: w.state for w in s.scalars(select(Workload))}
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
 
         for _ in range(60):  # the launch takes minutes, then the job one
             clock.advance(timedelta(seconds=20))
             loop.run_once()
-            if states()["first"] == "succeeded":
+            if states(sessions)["first"] == "succeeded":
                 break
         assert loop.teardown.idle_since  # idle now, within its TTL
         for name in ("second", "third"):  # one fits its node, the other needs one more
@@ -308,7 +300,7 @@ def test_an_idle_pool_grown_for_new_work_is_not_deleted_as_idle_while_it_grows(
             with sessions() as s:
                 (pool,) = s.scalars(select(Pool)).all()
                 assert pool.state in ("resizing", "ready"), pool.state_reason
-        assert states()["second"] == "dispatched"
+        assert states(sessions)["second"] == "dispatched"
     finally:
         observer.stop()
         cluster.stop()
