@@ -272,6 +272,9 @@ class SimProvider:
             tags=dict(pool.tags),
             external_id=f"sim://{self.target}/{pool.spec.name}",
             message=message or f"{ready}/{len(pool.nodes)} nodes ready",
+            # As a cloud's instance API reports them, ended ones included for a while (EC2
+            # DescribeInstances: LaunchTime, and a terminated instance stays listed about an
+            # hour; GKE managedInstanceGroups.listManagedInstances; AKS scale set VMs).
             instances=tuple(
                 Instance(n.name, n.launched or pool.created, n.ended)
                 for n in [*pool.gone, *pool.nodes]

@@ -39,6 +39,10 @@ class BillingRule:
         return -(-billed // self.granularity_s) * self.granularity_s
 
 
+# Each instance is billed on its own, from its launch to its end: EC2 Linux per second with a
+# 60-second minimum (aws.amazon.com/ec2/pricing/on-demand/, "Per Second Billing"); Compute
+# Engine per second with a one-minute minimum (cloud.google.com/compute/vm-instance-pricing,
+# "Billing model"); Azure VMs per minute (azure.microsoft.com/pricing/details/virtual-machines/).
 BILLING: dict[Cloud, BillingRule] = {
     "aws": BillingRule(minimum_s=60, granularity_s=1),
     "gcp": BillingRule(minimum_s=60, granularity_s=1),
