@@ -164,9 +164,10 @@ class Reconciler:
             self.teardown.meter_live(s)
             report = PassReport(Plan())
             self.remote.dispatch_ready(s, report.outcomes)
-            lost = [t for t in self.targets if self.remote.health.lost(t)]
             self.remote.follow(s, report.outcomes)  # requeues the jobs of the lost
-            self._let_lost_clusters_go(s, lost)
+            # Read after following: a cluster whose grace ran out while its copies were being
+            # listed has had its jobs requeued in that step, and its pools must go with them.
+            self._let_lost_clusters_go(s, [t for t in self.targets if self.remote.health.lost(t)])
             self.guard.check(s, report.outcomes)  # runs a hard budget cannot cover are stopped
             self._alert(s)
             report.plan = self._plan(s)

@@ -262,6 +262,65 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
         engine.dispose()
 
 
+def test_a_cluster_found_lost_while_its_copies_are_listed_has_its_pools_deleted_too(
+    kube: Any, tmp_path: Path
+) -> None:
+    """A pass read which clusters were lost, then listed the copies: the listing timed out and the
+    cluster's grace ran out meanwhile, so its jobs were requeued but its pools were not deleted as
+    the lost cluster's. It answered again, and the idle TTL took the pool from under the copy still
+    running there (the long soak's `work_lost_to_burst`). The clock moves inside the listing, as a
+    real one does while a connection times out."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    cluster = Sandbox(clock=clock, tick=0.01).start()
+    gate = Gate(int(cluster.url.rsplit(":", 1)[1]))
+    remote = KubeObjects(
+        client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{gate.port}"))
+    )
+    provider = SimProvider(
+        SimCloud(clock, settings=SimSettings()),
+        target="sim-aws",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: list(SHIPPED),
+        kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
+    )
+    engine, sessions = sessions_in(tmp_path)
+    cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
+
+        def state() -> str | None:
+            with sessions() as s:
+                return s.scalar(select(Workload.state))
+
+        passes_until(loop, clock, lambda: state() == "dispatched", timedelta(seconds=30), 60)
+        gate.shut()
+        loop.run_once()  # its silence starts
+        assert state() == "dispatched"
+        listing = loop.remote.syncer.copies
+
+        def slow_listing(*args: Any) -> Any:
+            clock.advance(timedelta(minutes=11))  # past the 10 minute grace, while it times out
+            return listing(*args)
+
+        loop.remote.syncer.copies = slow_listing
+        loop.run_once()
+        assert state() == "requeued"
+        with sessions() as s:
+            (pool,) = s.scalars(select(Pool)).all()
+            assert pool.state == "deleted" and "stopped answering" in (pool.state_reason or "")
+        assert provider.list_pools(cfg.service.spec.installation_id) == []  # type: ignore[union-attr]
+    finally:
+        gate.close()
+        observer.stop()
+        cluster.stop()
+        engine.dispose()
+
+
 def test_an_idle_pool_grown_for_new_work_is_not_deleted_as_idle_while_it_grows(
     kube: Any, tmp_path: Path
 ) -> None:
