@@ -5,7 +5,7 @@ kind, invariant counts, the leader's memory over time, the workloads' outcomes.
 
     python benchmarks/soak.py [--days 14] [--start-day 10] [--jobs 2000] [--compress 720]
         [--fault-every 8] [--seed 1] [--url postgresql://postgres@127.0.0.1:5432/postgres]
-        [--workdir DIR]
+        [--workdir DIR] [--no-kills] [--heap]
 
 At 720x a trace hour passes in 5 s: two weeks of trace in 28 minutes, then the drain.
 """
@@ -44,6 +44,11 @@ def main() -> None:
         action="store_true",
         help="every fault but killing or pausing a replica (to watch one process's memory)",
     )
+    parser.add_argument(
+        "--heap",
+        action="store_true",
+        help="replicas under tracemalloc, writing their growing allocation sites to the workdir",
+    )
     args = parser.parse_args()
     settings = Settings(
         seconds=args.days * 86400 / args.compress,
@@ -54,6 +59,7 @@ def main() -> None:
         fault_every=args.fault_every,
         drain=300.0,
         kills=not args.no_kills,
+        heap=args.heap,
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="burst-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)

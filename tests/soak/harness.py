@@ -110,6 +110,9 @@ class Settings:
     speed: float = 120.0  # launches: minutes of the latency model become half-seconds
     longest: int = 2 * 86400  # trace seconds a run is capped at (feed.jobs)
     kills: bool = True  # False: no replica killed or paused (to watch one process's memory)
+    heap: bool = (
+        False  # replicas under tracemalloc, writing their growing sites (tests/soak/heap.py)
+    )
 
 
 @dataclass
@@ -210,7 +213,11 @@ class Soak:
                         [
                             sys.executable,
                             "-m",
-                            "burst",
+                            *(
+                                ["tests.soak.heap", str(self.dir)]
+                                if self.settings.heap
+                                else ["burst"]
+                            ),
                             "serve",
                             "-c",
                             str(config),
