@@ -73,6 +73,14 @@ def simulate_cmd(
             "need burst installed (the dask extra: pip install 'burst[dask]')."
         ),
     ] = None,
+    optimum: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Also plan the trace exactly, window by window of this many jobs (a few hundred; "
+            "a mixed-integer program each), and report each policy's cost against it; 0: no.",
+        ),
+    ] = 0,
     fmt: Annotated[Literal["text", "json", "html"], typer.Option("--format", "-f")] = "text",
     out: OutOption = None,
 ) -> None:
@@ -153,6 +161,7 @@ def simulate_cmd(
             progress=progress,
             executor=runner,
             runtimes=runtimes,
+            optimum=optimum,
         )
     text = compare.render(result, cfg, fmt)
     if out is None:

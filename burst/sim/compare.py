@@ -8,6 +8,7 @@ side in the policy's currency.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from burst.decide import allowed_accelerators
 from burst.durations import format_duration
 from burst.model import CapacityType
 from burst.money.render import PALETTE
-from burst.sim import baselines, bound, simulate
+from burst.sim import baselines, bound, simulate, windows
 from burst.sim.simulate import World, price_cap_usd_micros, target_regions
 from burst.sim.state import DEFAULT_CLOUDS, CloudModel, Outcome, RuntimeMode, usd_rate
 from burst.sim.trace import SimJob
@@ -51,6 +52,7 @@ class Comparison:
     outcomes: list[Outcome] = field(default_factory=list)
     sweep: list[tuple[str, timedelta, Outcome]] = field(default_factory=list)
     prices: list[tuple[Decimal, Outcome]] = field(default_factory=list)  # burst's wait price
+    windows: list[windows.Window] = field(default_factory=list)  # the windowed optimum
 
 
 def with_margin(config: Config, policy: str, margin: timedelta) -> Config:
@@ -88,17 +90,22 @@ def cheapest_gpu_second(
     return None if best is None else best * float(rate) / 3600 / 1e6
 
 
+def pricer(config: Config, policy: BurstPolicy, catalog: Catalog) -> Callable[[int], float | None]:
+    """cheapest_gpu_second by pod size, each size looked up once."""
+    return functools.cache(lambda per_pod: cheapest_gpu_second(config, policy, catalog, per_pod))
+
+
 def lower_bound(
     jobs: Sequence[SimJob], gpus: int, config: Config, policy: BurstPolicy, catalog: Catalog
 ) -> bound.Bound:
-    prices: dict[int, float | None] = {}
+    price = pricer(config, policy, catalog)
     items = []
     for j in jobs:
-        if j.gpus_per_pod not in prices:
-            prices[j.gpus_per_pod] = cheapest_gpu_second(config, policy, catalog, j.gpus_per_pod)
-        price = prices[j.gpus_per_pod]
-        if price is not None:  # no cloud can run it: it is no part of the cloud's cost
-            items.append(bound.BoundJob(j.submit, j.deadline, j.gpus * j.duration, price, j.gpus))
+        per_gpu_s = price(j.gpus_per_pod)
+        if per_gpu_s is not None:  # no cloud can run it: it is no part of the cloud's cost
+            items.append(
+                bound.BoundJob(j.submit, j.deadline, j.gpus * j.duration, per_gpu_s, j.gpus)
+            )
     return bound.lower_bound(items, gpus)
 
 
@@ -169,9 +176,10 @@ def compare(
     progress: Progress | None = None,
     executor: Executor | None = None,
     runtimes: RuntimeMode = "exact",
+    optimum: int = 0,
 ) -> Comparison:
-    """Every policy on the same jobs, seed and clouds; the bound; the sweep when asked. The
-    replays are independent: with an `executor` (local processes, or a Dask cluster's) they run
+    """Every policy on the same jobs, seed and clouds; the bound; the sweep when asked; with
+    `optimum` (jobs per window), the windowed optimum (windows.py). The replays are independent: with an `executor` (local processes, or a Dask cluster's) they run
     there at once, each reported done as it ends; without, one after the other here."""
     result = Comparison(
         trace_name,
@@ -182,10 +190,16 @@ def compare(
         policy.spec.limits.currency,
         lower_bound(jobs, sum(onprem.values()), config, policy, catalog),
     )
-    replays = [
-        _Replay(p.name, p, config, ("outcome",))
-        for p in policies(config, policy, catalog, jobs, include_baselines=include_baselines)
-    ]
+    chosen = policies(config, policy, catalog, jobs, include_baselines=include_baselines)
+    replays = [_Replay(p.name, p, config, ("outcome",)) for p in chosen]
+    if optimum:
+        result.windows = windows.reference(
+            jobs,
+            sum(onprem.values()),
+            pricer(config, policy, catalog),
+            optimum,
+            progress=_told(progress, "windowed optimum"),
+        )
     if sweep:
         name = policy.metadata.name
         for knob in SWEEP:
@@ -277,6 +291,10 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
         },
         "policies": [entry(o) for o in result.outcomes],
     }
+    if result.windows:
+        out["optimum"] = windows.summary(
+            result.windows, result.outcomes, lambda micros: _money(micros, rate)
+        )
     if result.sweep:
         out["sweep"] = [
             {"policy": p, "knob": format_duration(k), "knob_s": int(k.total_seconds()), **entry(o)}
@@ -325,6 +343,8 @@ def _table(data: dict[str, Any]) -> str:
             f"{_hours(p['mean_queue_s']):>11}{p['idle_share']:>7.0%}{p['overhead_share']:>9.0%}"
             f"{p['pools_created']:>7}"
         )
+    if "optimum" in data:
+        lines += windows.table(data["optimum"], cur)
     for row in data.get("sweep", []):
         if row is data["sweep"][0]:
             lines += [
@@ -456,6 +476,7 @@ def _html(data: dict[str, Any]) -> str:
             else "<p>The lower bound is 0 (every deadline could be met without a cloud), so no "
             "cost is a multiple of it: no chart.</p>"
         )
+        + (windows.section(data["optimum"], data["currency"]) if "optimum" in data else "")
         + (
             f"<h2>Cost against mean job completion time (sweep)</h2>{_curves(data)}"
             if data.get("sweep")

@@ -1,18 +1,22 @@
 """The offline optimum of a window of a trace: the least cloud cost at which every job of the window
 meets its deadline, each job running whole (not preempted) either on-prem or in a cloud, knowing
-every arrival and runtime in advance. `burst simulate --optimum` replays each window alone and
-reports each policy's cost there as a multiple of it (compare.py); bound.py's fluid bound, which
-lets jobs be split and preempted, is 0 whenever on-prem could do all the work in time, this one
-only when it could do each job whole.
+every arrival and runtime in advance. bound.py's fluid bound, which lets jobs be split and
+preempted, is 0 whenever on-prem could do all the work in time; this one only when it could do
+each job whole. windows.py chains it over a trace's windows into the reference `burst simulate
+--optimum` reports each policy against.
 
 The problem, a mixed-integer program solved exactly by HiGHS (scipy.optimize.milp): on a grid of
 `step` seconds, job j may start on-prem in any slot from its submission's to the last that ends by
-its deadline, and holds its GPUs for floor(duration / step) slots; or it runs in a cloud at
-`price x GPUs x duration` (no provisioning time, idle node or billing minimum). On-prem is one pool
-of C GPUs in any order (no queue discipline or node boundary binds it): a lower bound on every
-policy whatever its queue. The grid rounds starts and lengths down and deadlines' slots up, so every
-real schedule that meets the deadlines maps to a feasible one of no greater cost: the result is a
-lower bound on the exact optimum, and equal to it as `step` shrinks.
+its deadline, holding its GPUs for its length in slots; or it runs in a cloud at `price x GPUs x
+duration` (no provisioning time, idle node or billing minimum). On-prem is one pool of GPUs in any
+order (no queue discipline or node boundary binds it), with a number free in each slot.
+
+The grid rounds one of two ways:
+- `relaxed` (optimum()): starts and lengths rounded down, deadlines' slots up. Every real schedule
+  that meets the deadlines maps to a feasible one of no greater cost, so the result is a lower
+  bound on the exact optimum, equal to it as `step` shrinks (tested against a brute force).
+- not relaxed (plan()): submissions rounded up, lengths up, deadlines down. Every schedule found
+  is one a real cluster could run: a plan, at a cost the exact optimum is at most.
 
 Started-by variables z[j, t] (1 once j has started by slot t, non-decreasing in t) make each slot's
 capacity row two terms per job (z[j, t] - z[j, t - length]) instead of one per start that covers
@@ -21,8 +25,9 @@ it, so a window of a few hundred jobs stays a few hundred thousand non-zeros.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -40,44 +45,78 @@ class OptJob:
 
 @dataclass(frozen=True)
 class Optimum:
-    cost: float  # the least cloud cost (a lower bound on it when not `exact`)
-    exact: bool  # solved to optimality (else the solver's bound when its time ran out)
-    cloud_jobs: int  # jobs the optimum sends to a cloud
-    lost: int  # jobs no schedule can run in time (no cloud offer, and too big or late on-prem)
+    cost: float  # the least cloud cost (when not `exact`: a bound below it, or the plan's cost)
+    exact: bool  # solved to optimality within the time limit
+    cloud_jobs: int  # jobs sent to a cloud
+    lost: int  # jobs no schedule runs in time (no cloud offer, and no room or time on-prem)
+    starts: dict[int, int] = field(default_factory=dict)  # job -> its on-prem start slot
 
 
+# Grid steps tried from the finest until the program has at most NONZEROS entries: a coarser grid
+# gives a looser bound, a finer one a slower solve.
+GRID_S = (60, 300, 900, 3600, 4 * 3600, 86400)
+NONZEROS = 400_000
 # A job no cloud can run may still be left out of the schedule (it misses its deadline anywhere);
 # this cost makes the solver leave out as few as it can, and is not counted in the result.
 LEFT_OUT = 1e12
+# Free GPUs in slots first..first + n - 1
+Free = Callable[[int, int], np.ndarray]
+
+
+def grid(jobs: Sequence[OptJob]) -> int:
+    """The finest step of GRID_S whose program stays within NONZEROS (about four per slot a job
+    may start or run in)."""
+    for step in GRID_S:
+        size = sum(
+            4 * max(0, j.deadline // step - j.submit // step) for j in jobs if j.duration >= step
+        )
+        if size <= NONZEROS:
+            return step
+    return GRID_S[-1]
 
 
 def optimum(
     jobs: Sequence[OptJob], capacity: int, step: int = 300, time_limit_s: float = 60.0
 ) -> Optimum:
-    """The least cloud cost of running every job of `jobs` by its deadline (see the module)."""
+    """A lower bound on the least cloud cost of running every job by its deadline, exact as `step`
+    shrinks (the relaxed grid)."""
+    return _optimum(jobs, step, lambda _first, n: np.full(n, capacity), True, time_limit_s)
+
+
+def plan(jobs: Sequence[OptJob], step: int, free: Free, time_limit_s: float = 60.0) -> Optimum:
+    """The cheapest schedule a real cluster could run with `free` GPUs in each slot (the
+    conservative grid), with each on-prem job's start slot."""
+    return _optimum(jobs, step, free, False, time_limit_s)
+
+
+Column = tuple[int, int, int, int, float | None, int]  # gpus, first, last, length, cost, job
+
+
+def _optimum(
+    jobs: Sequence[OptJob], step: int, free: Free, relaxed: bool, time_limit_s: float
+) -> Optimum:
     fixed, sent, lost = 0.0, 0, 0
-    columns: list[tuple[int, int, int, int, float | None]] = []  # gpus, first, last, length, cost
-    for j in jobs:
-        first, length = j.submit // step, j.duration // step
+    columns: list[Column] = []
+    for n, j in enumerate(jobs):
+        if relaxed:
+            first, length = j.submit // step, j.duration // step
+        else:
+            first, length = -(-j.submit // step), -(-j.duration // step)
         last = j.deadline // step - length
         cloud = None if j.price is None else j.price * j.gpus * j.duration
-        if j.gpus <= capacity and last >= first:
-            if length > 0:  # (shorter than a slot: on the grid it takes no room on-prem)
-                columns.append((j.gpus, first, last, length, cloud))
-        elif cloud is not None:  # only a cloud can run it in time
-            fixed, sent = fixed + cloud, sent + 1
-        else:
-            lost += 1
-    if not columns:
-        return Optimum(fixed, True, sent, lost)
-    return _solve(columns, capacity, Optimum(fixed, True, sent, lost), time_limit_s)
+        if last < first or (length and j.gpus > int(np.max(free(first, last - first + length)))):
+            if cloud is not None:  # only a cloud can run it in time
+                fixed, sent = fixed + cloud, sent + 1
+            else:
+                lost += 1
+        elif length:  # (shorter than a slot: on the relaxed grid it takes no room on-prem)
+            columns.append((j.gpus, first, last, length, cloud, n))
+    known = Optimum(fixed, True, sent, lost)
+    return _solve(columns, free, known, relaxed, time_limit_s) if columns else known
 
 
 def _solve(
-    columns: list[tuple[int, int, int, int, float | None]],
-    capacity: int,
-    known: Optimum,
-    time_limit_s: float,
+    columns: list[Column], free: Free, known: Optimum, relaxed: bool, time_limit_s: float
 ) -> Optimum:
     rows: list[int] = []
     cols: list[int] = []
@@ -87,7 +126,7 @@ def _solve(
     cost: list[float] = []
     row = 0
     bases: list[int] = []  # each job's first z column
-    clouds: list[tuple[int, bool]] = []  # each job's y column, and whether a cloud can run it
+    ys: list[int] = []  # each job's cloud column
 
     def constrain(terms: list[tuple[int, float]], lo: float, hi: float) -> None:
         nonlocal row
@@ -99,21 +138,20 @@ def _solve(
         upper.append(hi)
         row += 1
 
-    for _gpus, first, last, _length, price in columns:
+    for _gpus, first, last, _length, price, _n in columns:
         base = len(cost)
         bases.append(base)
         cost += [0.0] * (last - first + 1)
         for t in range(last - first):  # started by slot t => started by t + 1
-            constrain([(base + t, 1.0), (base + t + 1, -1.0)], -np.inf, 0.0)
-        y = len(cost)
-        clouds.append((y, price is not None))
+            constrain([(base + t, 1.0), (base + t + 1, -1.0)], -math.inf, 0.0)
+        ys.append(len(cost))
         cost.append(price if price is not None else LEFT_OUT)
-        constrain([(base + last - first, 1.0), (y, 1.0)], 1.0, 1.0)  # on-prem, or a cloud
+        constrain([(base + last - first, 1.0), (ys[-1], 1.0)], 1.0, 1.0)  # on-prem, or a cloud
     # Capacity: in slot s, job j holds its GPUs iff it started in (s - length, s].
     start = min(c[1] for c in columns)
     slots = max(c[2] + c[3] for c in columns) - start
     held: dict[tuple[int, int], float] = {}
-    for (gpus, first, last, length, _), base in zip(columns, bases, strict=True):
+    for (gpus, first, last, length, _, _n), base in zip(columns, bases, strict=True):
         for s in range(first, last + length):
             on = (s - start, base + min(s, last) - first)
             held[on] = held.get(on, 0.0) + gpus
@@ -125,8 +163,8 @@ def _solve(
             rows.append(row + slot)
             cols.append(col)
             vals.append(val)
-    lower += [-np.inf] * slots
-    upper += [float(capacity)] * slots
+    lower += [-math.inf] * slots
+    upper += [float(v) for v in free(start, slots)]
     n = len(cost)
     result = milp(
         np.array(cost),
@@ -139,24 +177,19 @@ def _solve(
         ),
         options={"time_limit": time_limit_s, "mip_rel_gap": 1e-9},
     )
-    if result.x is None:  # no schedule found in time: the solver's bound is still a bound
+    paid = [c[4] for c in columns if c[4] is not None]
+    if result.x is None:  # nothing found in time: the solver's bound is still a bound
         bound = float(getattr(result, "mip_dual_bound", 0.0) or 0.0)
-        return Optimum(known.cost + min(bound, _paid(columns)), False, known.cloud_jobs, known.lost)
-    sent = [paid for y, paid in clouds if result.x[y] > 0.5]
-    value = sum(
-        (c[4] or 0.0 for c, (y, _) in zip(columns, clouds, strict=True) if result.x[y] > 0.5), 0.0
-    )
+        return Optimum(known.cost + min(bound, sum(paid)), False, known.cloud_jobs, known.lost)
+    x = result.x
+    value, sent, left, starts = 0.0, 0, 0, {}
+    for (_g, first, last, _l, price, job), base, y in zip(columns, bases, ys, strict=True):
+        if x[y] > 0.5:
+            value += price or 0.0
+            sent, left = (sent + 1, left) if price is not None else (sent, left + 1)
+        else:  # the first slot it has started by
+            starts[job] = first + int(sum(1 for t in range(last - first + 1) if x[base + t] < 0.5))
     exact = result.status == 0
-    if not exact:  # time ran out: the best schedule found costs `value`; the bound is below it
+    if relaxed and not exact:  # time ran out: only the solver's bound is below the optimum
         value = min(value, float(getattr(result, "mip_dual_bound", value) or 0.0))
-    return Optimum(
-        known.cost + value,
-        exact,
-        known.cloud_jobs + sum(sent),
-        known.lost + len(sent) - sum(sent),
-    )
-
-
-def _paid(columns: list[tuple[int, int, int, int, float | None]]) -> float:
-    """The most a window's schedulable jobs could cost: each in a cloud."""
-    return sum(c[4] for c in columns if c[4] is not None)
+    return Optimum(known.cost + value, exact, known.cloud_jobs + sent, known.lost + left, starts)

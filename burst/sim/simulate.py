@@ -181,6 +181,7 @@ class World(Views):
             launch_failures=self.failures,
             interruptions=self.interruptions,
             decisions=self.decisions,
+            job_usd_micros=dict(self.job_usage),
         )
 
 

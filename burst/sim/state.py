@@ -124,6 +124,8 @@ class Outcome:
     launch_failures: int
     interruptions: int
     decisions: int
+    # USD micros of node-hours each job that ran in a cloud accounts for, by its index (windows.py)
+    job_usd_micros: dict[int, int] = field(default_factory=dict)
 
 
 def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
@@ -234,6 +236,7 @@ class WorldState:
         self._held: dict[str, int] = {}  # and per budget
         # the bill and the counts
         self.cost = self.overhead = self.idle = 0
+        self.job_usage: dict[int, int] = {}  # USD micros per job that ran in a cloud
         self.by_provider: dict[str, int] = {}
         self.pools_created = self.refusals = self.failures = self.interruptions = 0
         self.onprem_gpu_s = 0.0
@@ -301,6 +304,7 @@ class WorldState:
     def _charge(self, i: int, pool: Pool) -> None:
         self._unhold(i, pool)
         used = self._job_usage(i, pool)
+        self.job_usage[i] = self.job_usage.get(i, 0) + used
         now = self.dt(self.now)
         for b in self._budgets_of(i, pool.policy):
             key = (b.name, ledger.period_bounds(b.period, now)[0])

@@ -66,3 +66,39 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
     assert done.returncode == 1 and "bad.csv:2: duration_s: -5 is not within 1.." in done.stderr
     done = simulate("--trace", "openb", "-c", CONFIG, "--deadline-slack", "soon")
     assert done.returncode == 1 and "expected uniform:LO:HI" in done.stderr
+
+
+def test_the_windowed_optimum_is_a_plan_no_cheaper_than_the_bound(tmp_path: Path) -> None:
+    """The first 400 OpenB jobs on 8 GPUs with tight deadlines (so that the plan needs a cloud),
+    planned in windows of 200 beside burst and the baselines."""
+    rows = (ROOT / "burst" / "data" / "traces" / "alibaba-openb-2023-public.csv").read_text()
+    trace = tmp_path / "head.csv"
+    trace.write_text("\n".join(rows.splitlines()[:401]) + "\n")
+    args = (
+        "--trace",
+        str(trace),
+        "-c",
+        CONFIG,
+        "--onprem-gpus",
+        "8",
+        "--deadline-slack",
+        "fixed:1",
+    )
+    done = simulate(*args, "--baselines", "--optimum", "200", "--format", "json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    optimum = result["optimum"]
+    assert optimum["windows"] == 2 and optimum["windows_needing_a_cloud"] >= 1
+    # A schedule a cluster could run, knowing the future: the fluid bound is below it.
+    assert optimum["cost"] >= result["lower_bound"]["cost"] > 0
+    assert sum(w["cost"] for w in optimum["per_window"]) == pytest.approx(optimum["cost"], abs=0.05)
+    by_name = optimum["by_policy"]
+    assert list(by_name) == ["burst", "never", "no-wait", "constant-wait", "compute-wait"]
+    assert by_name["never"]["ratio"] == 0  # it pays nothing, and misses deadlines for it
+    for p in result["policies"]:
+        entry = by_name[p["name"]]
+        assert entry["ratio"] == pytest.approx(p["cost"] / optimum["cost"], abs=1e-3)
+        if entry["median_window"] is not None:
+            assert entry["median_window"] <= entry["worst_window"]
+    page = simulate(*args, "--optimum", "200", "--format", "html").stdout
+    assert "Against the windowed optimum" in page
