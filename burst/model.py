@@ -96,6 +96,8 @@ class Workload:
     labels: Mapping[str, str] = field(default_factory=dict)
     deadline: datetime | None = None
     expected_runtime: timedelta | None = None
+    # "declared", or where a learned estimate came from; "" when the policy's default applies
+    runtime_source: str = ""
     max_cost: Money | None = None
     priority: int = 0
     cpu_per_pod: float = 0.0

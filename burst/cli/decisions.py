@@ -133,6 +133,9 @@ def _plan_alone(
         "cost": str(sent.estimated_cost),
         "where": where,
         "runtime": format_duration(used),
+        # `burst explain` reads a manifest, not the cluster's history: the service's API shows
+        # the estimates it learned
+        "runtime_source": "declared" if said.expected_runtime else "the policy's default",
     }, None
 
 
@@ -234,7 +237,8 @@ def explain(
         if estimate is not None:
             typer.echo(
                 f"If it burst now: {estimate['where']}, estimated cost {estimate['cost']} "
-                f"(provisioning, {estimate['runtime']} of runtime and the idle tail)."
+                f"(provisioning, {estimate['runtime']} of runtime ({estimate['runtime_source']}) "
+                f"and the idle tail)."
             )
         typer.echo("Its remote copy would be:")
         typer.echo(yaml.safe_dump(translated.remote, sort_keys=False).rstrip())

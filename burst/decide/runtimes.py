@@ -1,6 +1,8 @@
 """Runtimes nobody declared: estimates learned from the workloads seen to finish, for the decision's
-on-prem estimate and its cloud costs. The simulator replays with them (`burst simulate --runtimes
-learned`, sim/state.py); the service does not learn yet, and falls back to the policy's default.
+on-prem estimate and its cloud costs. The service learns from the workloads it sees succeed
+(kube/observe.py) and records on each dispatch the estimate and where it came from (the API's
+workloads); the simulator replays with them (`burst simulate --runtimes learned`, sim/state.py).
+Without enough history, the policy's default applies.
 
 Pure and small: `Learned.observe` records how long a workload ran, keyed from the most to the least
 specific (namespace, name stem and GPUs; namespace and stem; namespace and GPUs); `estimate` answers

@@ -3,7 +3,9 @@
 Six watches (watch.py) of Jobs, PyTorchJobs, Pods, Nodes, Namespaces and ResourceQuotas. Pods are
 indexed by owner and each workload's summary is recomputed only when it or one of its pods changed.
 `Observer.workloads()` and `Observer.onprem()` build the decision's input; malformed burst
-annotations become a Warning Event on the job, never a crash.
+annotations become a Warning Event on the job, never a crash. Workloads seen to succeed teach
+runtime estimates (decide/runtimes.py) for those that declare none; the history is what the cluster
+still holds (finished Jobs stay until their TTL), learned again after a restart.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burst.clock import Clock
+from burst.decide.runtimes import Learned
 from burst.kube.annotations import parse_time, read_annotations
 from burst.kube.events import EventRecorder
 from burst.kube.quantity import quantity
@@ -25,6 +28,8 @@ from burst.kube.watch import Obj, ResourceCache, meta_of, onprem_caches
 from burst.model import GPU_PRODUCT_LABEL, KUEUE_QUEUE_LABEL, OnPrem, RunningWorkload, Workload
 
 DEFAULT_RUNNING = timedelta(hours=4)
+LEARNED_FROM = 50_000  # finished workloads remembered as learned from (not learned twice)
+LONGEST_RUN = timedelta(days=3650)  # a run beyond ten years is a broken clock, not a runtime
 
 
 @dataclass
@@ -57,6 +62,8 @@ class Observer:
         self._summaries: dict[str, _Summary] = {}
         self._name_index: dict[str, tuple[tuple[Any, ...], dict[str, Obj]]] = {}
         self._refused_for_quota: set[str] = set()  # workloads whose pods a quota refused
+        self.learned = Learned()
+        self._learned_from: dict[str, None] = {}  # uids, oldest first
         self.caches = onprem_caches(
             api_client,
             {
@@ -175,10 +182,14 @@ class Observer:
         if self.events is not None:
             for problem in problems:  # recorded once each: the recorder remembers
                 self.events.record(obj, "Warning", "InvalidBurstAnnotation", problem)
-        runtime = said.expected_runtime
-        running = self._running(pods, shape, runtime)
         if finished(obj):
+            self._learn(obj, namespace, shape.gpus * pods_wanted)
             return _Summary(None, [])
+        runtime, source = said.expected_runtime, "declared"
+        if runtime is None:
+            learned = self.learned.estimate(namespace, meta["name"], shape.gpus * pods_wanted)
+            runtime, source = learned if learned is not None else (None, "")
+        running = self._running(pods, shape, runtime)
         suspended = is_suspended(obj)
         burstable = labels.get(self.prefix + "burstable") == "true"
         unschedulable = unschedulable_since(pods, created)
@@ -218,6 +229,7 @@ class Observer:
                 labels=dict(labels),
                 deadline=deadline,
                 expected_runtime=runtime,
+                runtime_source=source if runtime is not None else "",
                 max_cost=max_cost,
                 cpu_per_pod=shape.cpu,
                 memory_gib_per_pod=shape.memory_gib,
@@ -225,6 +237,22 @@ class Observer:
             ),
             running,
         )
+
+    def _learn(self, obj: Obj, namespace: str, gpus: int) -> None:
+        """A workload that succeeded: how long it ran teaches the estimates of its kind, once; the
+        pending workloads of its namespace are summarised again with what it taught."""
+        meta = meta_of(obj)
+        uid = meta["uid"]
+        seconds = succeeded_in(obj)
+        if uid in self._learned_from or seconds is None:
+            return
+        self._learned_from[uid] = None
+        if len(self._learned_from) > LEARNED_FROM:
+            del self._learned_from[next(iter(self._learned_from))]
+        self.learned.observe(namespace, meta.get("name", ""), gpus, seconds)
+        for other, summary in self._summaries.items():
+            if summary.workload is not None and summary.workload.namespace == namespace:
+                self._dirty.add(other)
 
     def _running(
         self, pods: Iterable[Obj], shape: PodShape, runtime: timedelta | None
@@ -319,6 +347,21 @@ def finished(obj: Obj) -> bool:
         c.get("type"): c.get("status") for c in (obj.get("status") or {}).get("conditions") or []
     }
     return any(conditions.get(t) == "True" for t in ("Complete", "Failed", "Succeeded"))
+
+
+def succeeded_in(obj: Obj) -> int | None:
+    """Seconds from start to completion of a Job or PyTorchJob that succeeded, else None."""
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if not any(conditions.get(t) == "True" for t in ("Complete", "Succeeded")):
+        return None
+    try:
+        start, end = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
+    except ValueError:
+        return None
+    if start is None or end is None or not timedelta(0) < end - start <= LONGEST_RUN:
+        return None
+    return int((end - start).total_seconds())
 
 
 def is_suspended(obj: Obj) -> bool:

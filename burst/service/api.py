@@ -174,6 +174,10 @@ def create_app(
                     "policy": w.policy,
                     "state": w.state,
                     "reason": w.state_reason,
+                    # the runtime its last dispatch was planned with, and where it came from
+                    # (none: the policy's default)
+                    "expected_runtime_s": w.expected_runtime_s,
+                    "runtime_source": w.runtime_source,
                 }
                 for w in s.scalars(query)
             ]

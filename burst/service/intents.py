@@ -81,6 +81,9 @@ class Intents:
                 )
                 s.add(row)
             row.policy = self._policy_name(w.namespace, w.labels)
+            if w.expected_runtime is not None:  # what this dispatch was planned with
+                row.expected_runtime_s = int(w.expected_runtime.total_seconds())
+                row.runtime_source = w.runtime_source
         s.flush()  # the new rows' ids, in a batch
         for action, w in wanted:
             self._one(s, action, w, pools[action.pool], rows[w.uid], attempts)

@@ -109,7 +109,8 @@ class Workload(Base):
     gpus_per_pod: Mapped[int] = mapped_column(Integer)
     pods: Mapped[int] = mapped_column(Integer, default=1)
     deadline: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    expected_runtime_s: Mapped[int | None] = mapped_column(Integer)
+    expected_runtime_s: Mapped[int | None] = mapped_column(Integer)  # declared or learned
+    runtime_source: Mapped[str | None] = mapped_column(Text)  # "declared", or how it was learned
     max_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
     currency: Mapped[str | None] = mapped_column(String(3))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

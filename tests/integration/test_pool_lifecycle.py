@@ -23,6 +23,7 @@ from burst.kube.replicate import KubeObjects
 from burst.model import OfferKey
 from burst.money.meter import BILLING
 from burst.sandbox import Sandbox
+from burst.service.api import create_app
 from burst.store import database
 from burst.store.tables import LedgerEntry, Pool, Workload
 from providers.sim import SimCloud, SimProvider, SimSettings
@@ -316,6 +317,46 @@ def test_a_cluster_found_lost_while_its_copies_are_listed_has_its_pools_deleted_
         assert provider.list_pools(cfg.service.spec.installation_id) == []  # type: ignore[union-attr]
     finally:
         gate.close()
+        observer.stop()
+        cluster.stop()
+        engine.dispose()
+
+
+def test_a_runtime_learned_from_finished_runs_plans_the_dispatch_and_the_api_says_so(
+    kube: Any, tmp_path: Path
+) -> None:
+    """`far` declares no runtime; three earlier runs of it took an hour each (their status as the
+    Job controller writes it): its dispatch is planned with an hour, and the API says whence."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    cluster, remote, provider = cloud(clock)
+    engine, sessions = sessions_in(tmp_path)
+    far = job_manifest("far", 1, deadline="4h", seconds=3600)
+    del far["metadata"]["annotations"]["burst.dev/expected-runtime"]
+    local = cms_ml(kube, far)
+    stamp = {"type": "", "status": "True", "lastTransitionTime": "2026-11-30T09:00:00Z"}
+    for n in range(3):
+        run = job_manifest(f"far-{n}", 1, deadline=None, burstable=False, seconds=3600)
+        run["spec"]["suspend"] = True
+        local.batch.create_namespaced_job("cms-ml", run, _preload_content=False)
+        status = {
+            "conditions": [{**stamp, "type": t} for t in ("SuccessCriteriaMet", "Complete")],
+            "startTime": "2026-11-30T08:00:00Z",
+            "completionTime": "2026-11-30T09:00:00Z",
+        }
+        local.batch.patch_namespaced_job_status(f"far-{n}", "cms-ml", {"status": status})
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
+        passes_until(loop, clock, lambda: states(sessions).get("far") == "dispatched")
+        app = create_app(sessions, token=None, now=clock.now)
+        route = next(r for r in app.routes if getattr(r, "path", "") == "/api/v1/workloads")
+        (listed,) = route.endpoint(state=None)  # type: ignore[attr-defined]
+        assert listed["expected_runtime_s"] == 3600
+        assert listed["runtime_source"] == "learned: p80 of the last 3 runs of cms-ml/far/1"
+    finally:
         observer.stop()
         cluster.stop()
         engine.dispose()

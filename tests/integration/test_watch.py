@@ -279,3 +279,52 @@ def test_a_suspended_burstable_pytorchjob_is_pending_with_all_its_pods(kube: Any
         assert str(ddp.max_cost) == "250.00 CHF"
     finally:
         watch.stop()
+
+
+def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube: Any) -> None:
+    """Three runs of `train-resnet` succeeded in 1, 2 and 3 hours (their status as the Job
+    controller writes it); a fourth, pending with no runtime declared, is estimated at the p80 of
+    them, and says so. A failed run teaches nothing, a declared runtime stays declared."""
+    batch = client.BatchV1Api(kube)
+    start = "2026-11-30T08:00:00Z"
+
+    def finish(name: str, hours: int, ok: bool = True) -> None:
+        batch.create_namespaced_job("default", gpu_job(name, suspend=True))
+        end = f"2026-11-30T{8 + hours:02d}:00:00Z"
+        conditions = ["SuccessCriteriaMet", "Complete"] if ok else ["FailureTarget", "Failed"]
+        status: dict[str, Any] = {
+            "conditions": [
+                {"type": c, "status": "True", "lastTransitionTime": end} for c in conditions
+            ],
+            "startTime": start,
+        }
+        if ok:
+            status["completionTime"] = end
+        batch.patch_namespaced_job_status(name, "default", {"status": status})
+
+    for n, hours in enumerate((1, 2, 3)):
+        finish(f"train-resnet-{n}", hours)
+    finish("train-resnet-x9", 9, ok=False)  # failed after nine hours: not a runtime
+    batch.create_namespaced_job("default", gpu_job("train-resnet-7", suspend=True))
+    declared = {"burst.dev/expected-runtime": "30m"}
+    batch.create_namespaced_job(
+        "default", gpu_job("train-resnet-8", suspend=True, annotations=declared)
+    )
+    watch = observer(kube)
+    try:
+        assert watch.wait_synced()
+        pending = wait_for(
+            lambda: (
+                by
+                if (by := {w.name: w for w in watch.workloads()}).get("train-resnet-7")
+                and by["train-resnet-7"].expected_runtime
+                else None
+            )
+        )
+        learned = pending["train-resnet-7"]
+        assert learned.expected_runtime == timedelta(hours=3)
+        assert learned.runtime_source == "learned: p80 of the last 3 runs of default/train-resnet/1"
+        assert pending["train-resnet-8"].expected_runtime == timedelta(minutes=30)
+        assert pending["train-resnet-8"].runtime_source == "declared"
+    finally:
+        watch.stop()
