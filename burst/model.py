@@ -119,6 +119,7 @@ class RunningWorkload:
     accelerator: str
     gpus: int
     expected_end: datetime
+    started: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from burst.model import OnPrem, Workload
+from burst.model import OnPrem, RunningWorkload, Workload
 
 
 def queue_order(w: Workload) -> tuple[int, datetime, str]:
@@ -38,6 +38,20 @@ class Estimate:
     finish: datetime | None
 
 
+def expected_end(r: RunningWorkload, now: datetime) -> datetime:
+    """When a running workload is expected to let its GPUs go. One that has run past its estimate
+    (a guess, or learned from runs unlike it) is expected to run on for as long as it has run:
+    the median remaining life of a heavy-tailed runtime, as job runtimes are. Taking it to end now
+    made the queue behind it look about to start for as long as it kept running, so a job
+    waiting there never burst (with learned runtimes, most of the missed deadlines)."""
+    end = r.expected_end
+    if end > now:
+        return end
+    if r.started is not None and r.started < now:
+        return now + (now - r.started)
+    return now
+
+
 class QueueSweep:
     """Walk pending workloads in queue order; each is estimated, then stays or leaves."""
 
@@ -52,8 +66,7 @@ class QueueSweep:
             if p is None:
                 continue
             p.free -= r.gpus
-            end = r.expected_end
-            p.releases.append((end if end > now else now, r.gpus))
+            p.releases.append((expected_end(r, now), r.gpus))
         for p in self._products.values():
             heapq.heapify(p.releases)  # linear, where a push per running workload is not
         # Where a workload that asks for no particular GPU product waits: the largest product.

@@ -275,6 +275,7 @@ class Observer:
                     product or shape.accelerator or "",
                     shape.gpus,
                     started + (runtime or DEFAULT_RUNNING),
+                    started,
                 )
             )
         return running

@@ -53,7 +53,9 @@ class OnPremQueue(WorldState):
             # The decision expects it to end when the runtime it was told says (not when it will).
             told = told_runtime(self, i) or self.default_runtime
             expected = self.dt(self.now + told)
-            self.running[i] = RunningWorkload(str(i), self.product, job.spec.gpus, expected)
+            self.running[i] = RunningWorkload(
+                str(i), self.product, job.spec.gpus, expected, self.dt(self.now)
+            )
             self._at(end, "onprem-end", i)
 
     def _onprem_end(self, i: int) -> None:

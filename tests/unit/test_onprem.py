@@ -32,3 +32,18 @@ def test_a_wide_job_waits_for_enough_releases_and_blocks_those_behind() -> None:
     # Without the wide one, the small one takes the free GPU now.
     est = estimate_all(onprem, [wide, small], runtimes, NOW, frozenset({"wide"}))
     assert est["small"].start == NOW
+
+
+def test_a_run_past_its_estimate_holds_its_gpus_for_as_long_again() -> None:
+    # All 4 V100s run a job started 3 h ago and expected to end 1 h ago: it was taken to end now,
+    # so the job behind it looked about to start on every pass while it kept running.
+    late = RunningWorkload("r", "V100", 4, NOW - H, started=NOW - 3 * H)
+    est = estimate_all(OnPrem({"V100": 4}, (late,)), [workload("next")], {"next": H}, NOW)
+    assert est["next"].start == NOW + 3 * H
+    # Without a start (nothing known of it), and before its estimate, nothing changes.
+    unknown = RunningWorkload("r", "V100", 4, NOW - H)
+    est = estimate_all(OnPrem({"V100": 4}, (unknown,)), [workload("next")], {"next": H}, NOW)
+    assert est["next"].start == NOW
+    on_time = RunningWorkload("r", "V100", 4, NOW + H, started=NOW - 3 * H)
+    est = estimate_all(OnPrem({"V100": 4}, (on_time,)), [workload("next")], {"next": H}, NOW)
+    assert est["next"].start == NOW + H
