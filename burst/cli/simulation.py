@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
+from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -73,6 +74,13 @@ def simulate_cmd(
             "need burst installed (the dask extra: pip install 'burst[dask]')."
         ),
     ] = None,
+    wait_price: Annotated[
+        str | None,
+        typer.Option(
+            help="Burst's price on waiting, per GPU-hour in the policy's currency (its "
+            "trigger.waitPrice, instead of the configuration's).",
+        ),
+    ] = None,
     optimum: Annotated[
         int,
         typer.Option(
@@ -104,6 +112,15 @@ def simulate_cmd(
     )
     try:
         policy = simulate.policy_of(cfg, policy_name)
+        if wait_price is not None:
+            try:
+                price = Decimal(wait_price)
+            except InvalidOperation:
+                price = Decimal("NaN")
+            if not price.is_finite() or price < 0:
+                raise ValueError(f"--wait-price: {wait_price!r} is not a price of 0 or more")
+            cfg = compare.with_trigger(cfg, policy.metadata.name, wait_price=price)
+            policy = cfg.policies[policy.metadata.name]
         raw = trace.read(path)
         slack = trace.slack_rule(deadline_slack)
         if onprem is not None and onprem_gpus is not None:
@@ -114,6 +131,7 @@ def simulate_cmd(
             sizes = {"V100": onprem_gpus if onprem_gpus is not None else trace.onprem_gpus(raw)}
     except (trace.TraceError, ValueError) as exc:
         raise fail(str(exc)) from None
+    assert cfg.service is not None  # checked above; a changed trigger keeps it
     spec = cfg.service.spec
     jobs = trace.derive(
         raw,

@@ -102,3 +102,14 @@ def test_the_windowed_optimum_is_a_plan_no_cheaper_than_the_bound(tmp_path: Path
             assert entry["median_window"] <= entry["worst_window"]
     page = simulate(*args, "--optimum", "200", "--format", "html").stdout
     assert "Against the windowed optimum" in page
+
+
+def test_a_price_on_waiting_from_the_command_line() -> None:
+    """--wait-price sets burst's trigger.waitPrice for the replay: at 1.6 CHF per GPU-hour it
+    completes jobs sooner on OpenB than at none, and pays for it; a price that is none is named."""
+    base = ("--trace", "openb", "-c", CONFIG, "--format", "json")
+    plain = json.loads(simulate(*base).stdout)["policies"][0]
+    priced = json.loads(simulate(*base, "--wait-price", "1.6").stdout)["policies"][0]
+    assert priced["mean_jct_s"] < plain["mean_jct_s"] and priced["cost"] > plain["cost"]
+    done = simulate(*base, "--wait-price", "-1")
+    assert done.returncode == 1 and "--wait-price: '-1' is not a price of 0 or more" in done.stderr
