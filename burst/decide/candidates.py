@@ -44,6 +44,10 @@ def pods_per_node(offer: Offer, w: Workload) -> int:
     return fit
 
 
+NEVER = timedelta(days=3650)  # as snapshot.LONGEST: no runtime is longer
+NEVER_H = NEVER.total_seconds() / 3600
+
+
 def interruptible(target: TargetSpec, capacity: CapacityType) -> bool:
     """Whether runs there are timed with restarts: spot where the target knows its rate."""
     return capacity == "spot" and bool(target.spot_interruptions_per_hour)
@@ -59,7 +63,11 @@ def expected_run(
         return runtime, 0.0
     assert target.spot_interruptions_per_hour is not None
     per_hour = target.spot_interruptions_per_hour * nodes
-    restarts = math.expm1(min(per_hour * runtime.total_seconds() / 3600, 30.0))
+    # A run expected to take past a decade never ends: its restarts are capped there, or a timedelta
+    # of them (and of their relaunches) would overflow.
+    restarts = min(
+        math.expm1(min(per_hour * runtime.total_seconds() / 3600, 30.0)), NEVER_H * per_hour
+    )
     return timedelta(hours=restarts / per_hour), restarts
 
 

@@ -370,6 +370,11 @@ def test_expected_run_restarts_from_scratch_at_each_interruption() -> None:
     assert run.total_seconds() == pytest.approx((math.e - 1) / 0.5 * 3600)
     assert decide.expected_run(aws, "on-demand", 2, 2 * H) == (2 * H, 0.0)
     assert decide.expected_run(plain.spec.targets[0], "spot", 2, 2 * H) == (2 * H, 0.0)
+    # A run of weeks on spot expects more restarts than a timedelta holds (e^30 / m hours): the
+    # pass failed with OverflowError (a noisy runtime guess in the simulator found it). It is
+    # never expected to end: as long as a decade, the longest any runtime may be.
+    run, restarts = decide.expected_run(aws, "spot", 2, timedelta(days=60))
+    assert run == timedelta(days=3650) and restarts * aws.provisioning  # no overflow either
 
 
 def test_a_launch_past_its_estimate_is_not_trusted_with_a_tight_deadline() -> None:
