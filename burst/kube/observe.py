@@ -28,7 +28,6 @@ from burst.kube.watch import Obj, ResourceCache, meta_of, onprem_caches
 from burst.model import GPU_PRODUCT_LABEL, KUEUE_QUEUE_LABEL, OnPrem, RunningWorkload, Workload
 
 DEFAULT_RUNNING = timedelta(hours=4)
-LEARNED_FROM = 50_000  # finished workloads remembered as learned from (not learned twice)
 LONGEST_RUN = timedelta(days=3650)  # a run beyond ten years is a broken clock, not a runtime
 
 
@@ -36,6 +35,7 @@ LONGEST_RUN = timedelta(days=3650)  # a run beyond ten years is a broken clock, 
 class _Summary:
     workload: Workload | None  # pending and burstable-or-not, None if not pending
     running: list[RunningWorkload]
+    namespace: str = ""
 
 
 class Observer:
@@ -63,7 +63,10 @@ class Observer:
         self._name_index: dict[str, tuple[tuple[Any, ...], dict[str, Obj]]] = {}
         self._refused_for_quota: set[str] = set()  # workloads whose pods a quota refused
         self.learned = Learned()
-        self._learned_from: dict[str, None] = {}  # uids, oldest first
+        # Succeeded workloads learned from, while the cluster holds them (a re-list teaches
+        # nothing twice); namespaces with new history, whose workloads are summarised again.
+        self._learned_from: set[str] = set()
+        self._taught: set[str] = set()
         self.caches = onprem_caches(
             api_client,
             {
@@ -114,6 +117,7 @@ class Observer:
             self._dirty.add(uid)
             if type_ == "DELETED":
                 self._summaries.pop(uid, None)
+                self._learned_from.discard(uid)
 
     def _on_pod(self, type_: str, pod: Obj) -> None:
         self.changed.set()
@@ -183,8 +187,8 @@ class Observer:
             for problem in problems:  # recorded once each: the recorder remembers
                 self.events.record(obj, "Warning", "InvalidBurstAnnotation", problem)
         if finished(obj):
-            self._learn(obj, namespace, shape.gpus * pods_wanted)
-            return _Summary(None, [])
+            self._learn(obj, pods, namespace, shape.gpus * pods_wanted)
+            return _Summary(None, [], namespace)
         runtime, source = said.expected_runtime, "declared"
         if runtime is None:
             learned = self.learned.estimate(namespace, meta["name"], shape.gpus * pods_wanted)
@@ -211,7 +215,7 @@ class Observer:
         )
         pending = (suspended and (burstable or kueue_held)) or bool(unschedulable) or quota_blocked
         if not pending or running:
-            return _Summary(None, running)
+            return _Summary(None, running, namespace)
         deadline, max_cost = said.deadline, said.max_cost
         return _Summary(
             Workload(
@@ -236,23 +240,20 @@ class Observer:
                 quota_blocked=quota_blocked,
             ),
             running,
+            namespace,
         )
 
-    def _learn(self, obj: Obj, namespace: str, gpus: int) -> None:
-        """A workload that succeeded: how long it ran teaches the estimates of its kind, once; the
-        pending workloads of its namespace are summarised again with what it taught."""
-        meta = meta_of(obj)
-        uid = meta["uid"]
-        seconds = succeeded_in(obj)
-        if uid in self._learned_from or seconds is None:
+    def _learn(self, obj: Obj, pods: list[Obj], namespace: str, gpus: int) -> None:
+        """A workload that succeeded: how long it ran teaches the estimates of its kind, once."""
+        uid = meta_of(obj)["uid"]
+        if uid in self._learned_from:
             return
-        self._learned_from[uid] = None
-        if len(self._learned_from) > LEARNED_FROM:
-            del self._learned_from[next(iter(self._learned_from))]
-        self.learned.observe(namespace, meta.get("name", ""), gpus, seconds)
-        for other, summary in self._summaries.items():
-            if summary.workload is not None and summary.workload.namespace == namespace:
-                self._dirty.add(other)
+        seconds = succeeded_in(obj, pods)
+        if seconds is None:
+            return
+        self._learned_from.add(uid)
+        self.learned.observe(namespace, meta_of(obj).get("name", ""), gpus, seconds)
+        self._taught.add(namespace)
 
     def _running(
         self, pods: Iterable[Obj], shape: PodShape, runtime: timedelta | None
@@ -282,13 +283,21 @@ class Observer:
 
     def _refresh(self) -> None:
         with self._lock:
-            dirty, self._dirty = self._dirty, set()
-            for uid in dirty:
-                obj = self.jobs.items.get(uid) or self.pytorchjobs.items.get(uid)
-                if obj is None:
-                    self._summaries.pop(uid, None)
-                else:
-                    self._summaries[uid] = self._summarise(obj)
+            while self._dirty:
+                dirty, self._dirty = self._dirty, set()
+                for uid in dirty:
+                    obj = self.jobs.items.get(uid) or self.pytorchjobs.items.get(uid)
+                    if obj is None:
+                        self._summaries.pop(uid, None)
+                    else:
+                        self._summaries[uid] = self._summarise(obj)
+                if self._taught:  # estimates changed there: pending and running ones again
+                    self._dirty |= {
+                        uid
+                        for uid, s in self._summaries.items()
+                        if s.namespace in self._taught and (s.workload or s.running)
+                    }
+                    self._taught.clear()
 
     def object(self, uid: str) -> Obj | None:
         """The cached Job or PyTorchJob with this uid (as last listed or watched), if any."""
@@ -350,16 +359,22 @@ def finished(obj: Obj) -> bool:
     return any(conditions.get(t) == "True" for t in ("Complete", "Failed", "Succeeded"))
 
 
-def succeeded_in(obj: Obj) -> int | None:
-    """Seconds from start to completion of a Job or PyTorchJob that succeeded, else None."""
+def succeeded_in(obj: Obj, pods: Iterable[Obj] = ()) -> int | None:
+    """Seconds a Job or PyTorchJob that succeeded ran, else None: from its start (or its first
+    pod's, when the cluster still holds its pods: a Job's startTime is when its controller took it
+    up, before its pods waited to be scheduled) to its completion."""
     status = obj.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
     if not any(conditions.get(t) == "True" for t in ("Complete", "Succeeded")):
         return None
     try:
         start, end = parse_time(status.get("startTime")), parse_time(status.get("completionTime"))
+        began = [parse_time((p.get("status") or {}).get("startTime")) for p in pods]
     except ValueError:
         return None
+    known = [b for b in began if b is not None]
+    if start is not None and known:
+        start = max(start, min(known))
     if start is None or end is None or not timedelta(0) < end - start <= LONGEST_RUN:
         return None
     return int((end - start).total_seconds())

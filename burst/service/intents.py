@@ -81,9 +81,10 @@ class Intents:
                 )
                 s.add(row)
             row.policy = self._policy_name(w.namespace, w.labels)
-            if w.expected_runtime is not None:  # what this dispatch was planned with
-                row.expected_runtime_s = int(w.expected_runtime.total_seconds())
-                row.runtime_source = w.runtime_source
+            # What this dispatch was planned with (none: the policy's default).
+            runtime = w.expected_runtime
+            row.expected_runtime_s = None if runtime is None else int(runtime.total_seconds())
+            row.runtime_source = w.runtime_source or None
         s.flush()  # the new rows' ids, in a batch
         for action, w in wanted:
             self._one(s, action, w, pools[action.pool], rows[w.uid], attempts)

@@ -48,7 +48,7 @@ class Optimum:
     cost: float  # the least cloud cost (when not `exact`: a bound below it, or the plan's cost)
     exact: bool  # solved to optimality within the time limit
     cloud_jobs: int  # jobs sent to a cloud
-    lost: int  # jobs no schedule runs in time (no cloud offer, and no room or time on-prem)
+    no_offer: int  # jobs no cloud offer fits: outside the cloud's cost, left out (as in bound.py)
     starts: dict[int, int] = field(default_factory=dict)  # job -> its on-prem start slot
 
 
@@ -56,9 +56,6 @@ class Optimum:
 # gives a looser bound, a finer one a slower solve.
 GRID_S = (60, 300, 900, 3600, 4 * 3600, 86400)
 NONZEROS = 400_000
-# A job no cloud can run may still be left out of the schedule (it misses its deadline anywhere);
-# this cost makes the solver leave out as few as it can, and is not counted in the result.
-LEFT_OUT = 1e12
 # Free GPUs in slots first..first + n - 1
 Free = Callable[[int, int], np.ndarray]
 
@@ -67,10 +64,7 @@ def grid(jobs: Sequence[OptJob]) -> int:
     """The finest step of GRID_S whose program stays within NONZEROS (about four per slot a job
     may start or run in)."""
     for step in GRID_S:
-        size = sum(
-            4 * max(0, j.deadline // step - j.submit // step) for j in jobs if j.duration >= step
-        )
-        if size <= NONZEROS:
+        if sum(4 * max(1, j.deadline // step - j.submit // step + 1) for j in jobs) <= NONZEROS:
             return step
     return GRID_S[-1]
 
@@ -89,29 +83,29 @@ def plan(jobs: Sequence[OptJob], step: int, free: Free, time_limit_s: float = 60
     return _optimum(jobs, step, free, False, time_limit_s)
 
 
-Column = tuple[int, int, int, int, float | None, int]  # gpus, first, last, length, cost, job
+Column = tuple[int, int, int, int, float, int]  # gpus, first, last, length, cloud cost, job
 
 
 def _optimum(
     jobs: Sequence[OptJob], step: int, free: Free, relaxed: bool, time_limit_s: float
 ) -> Optimum:
-    fixed, sent, lost = 0.0, 0, 0
+    fixed, sent, no_offer = 0.0, 0, 0
     columns: list[Column] = []
     for n, j in enumerate(jobs):
+        if j.price is None:  # no cloud can run it: no part of the cloud's cost
+            no_offer += 1
+            continue
         if relaxed:
             first, length = j.submit // step, j.duration // step
         else:
             first, length = -(-j.submit // step), -(-j.duration // step)
         last = j.deadline // step - length
-        cloud = None if j.price is None else j.price * j.gpus * j.duration
+        cloud = j.price * j.gpus * j.duration
         if last < first or (length and j.gpus > int(np.max(free(first, last - first + length)))):
-            if cloud is not None:  # only a cloud can run it in time
-                fixed, sent = fixed + cloud, sent + 1
-            else:
-                lost += 1
+            fixed, sent = fixed + cloud, sent + 1  # only a cloud can run it in time
         elif length:  # (shorter than a slot: on the relaxed grid it takes no room on-prem)
             columns.append((j.gpus, first, last, length, cloud, n))
-    known = Optimum(fixed, True, sent, lost)
+    known = Optimum(fixed, True, sent, no_offer)
     return _solve(columns, free, known, relaxed, time_limit_s) if columns else known
 
 
@@ -145,7 +139,7 @@ def _solve(
         for t in range(last - first):  # started by slot t => started by t + 1
             constrain([(base + t, 1.0), (base + t + 1, -1.0)], -math.inf, 0.0)
         ys.append(len(cost))
-        cost.append(price if price is not None else LEFT_OUT)
+        cost.append(price)
         constrain([(base + last - first, 1.0), (ys[-1], 1.0)], 1.0, 1.0)  # on-prem, or a cloud
     # Capacity: in slot s, job j holds its GPUs iff it started in (s - length, s].
     start = min(c[1] for c in columns)
@@ -177,19 +171,19 @@ def _solve(
         ),
         options={"time_limit": time_limit_s, "mip_rel_gap": 1e-9},
     )
-    paid = [c[4] for c in columns if c[4] is not None]
-    if result.x is None:  # nothing found in time: the solver's bound is still a bound
-        bound = float(getattr(result, "mip_dual_bound", 0.0) or 0.0)
-        return Optimum(known.cost + min(bound, sum(paid)), False, known.cloud_jobs, known.lost)
+    everything = sum(c[4] for c in columns)  # each job in a cloud: always feasible
+    bound = max(0.0, float(getattr(result, "mip_dual_bound", 0.0) or 0.0))  # -inf before the root
+    if result.x is None:  # nothing found in time
+        value = min(bound, everything) if relaxed else everything
+        return Optimum(known.cost + value, False, known.cloud_jobs, known.no_offer)
     x = result.x
-    value, sent, left, starts = 0.0, 0, 0, {}
+    value, sent, starts = 0.0, 0, {}
     for (_g, first, last, _l, price, job), base, y in zip(columns, bases, ys, strict=True):
         if x[y] > 0.5:
-            value += price or 0.0
-            sent, left = (sent + 1, left) if price is not None else (sent, left + 1)
+            value, sent = value + price, sent + 1
         else:  # the first slot it has started by
             starts[job] = first + int(sum(1 for t in range(last - first + 1) if x[base + t] < 0.5))
     exact = result.status == 0
     if relaxed and not exact:  # time ran out: only the solver's bound is below the optimum
-        value = min(value, float(getattr(result, "mip_dual_bound", value) or 0.0))
-    return Optimum(known.cost + value, exact, known.cloud_jobs + sent, known.lost + left, starts)
+        value = min(value, bound)
+    return Optimum(known.cost + value, exact, known.cloud_jobs + sent, known.no_offer, starts)

@@ -124,8 +124,8 @@ class Outcome:
     launch_failures: int
     interruptions: int
     decisions: int
-    # USD micros of node-hours each job that ran in a cloud accounts for, by its index (windows.py)
-    job_usd_micros: dict[int, int] = field(default_factory=dict)
+    # USD micros of node-hours each job that ran in a cloud accounts for, by job id (windows.py)
+    job_usd_micros: dict[str, int] = field(default_factory=dict)
 
 
 def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
@@ -236,7 +236,7 @@ class WorldState:
         self._held: dict[str, int] = {}  # and per budget
         # the bill and the counts
         self.cost = self.overhead = self.idle = 0
-        self.job_usage: dict[int, int] = {}  # USD micros per job that ran in a cloud
+        self.job_usage: dict[str, int] = {}  # USD micros per job id that ran in a cloud
         self.by_provider: dict[str, int] = {}
         self.pools_created = self.refusals = self.failures = self.interruptions = 0
         self.onprem_gpu_s = 0.0
@@ -304,7 +304,8 @@ class WorldState:
     def _charge(self, i: int, pool: Pool) -> None:
         self._unhold(i, pool)
         used = self._job_usage(i, pool)
-        self.job_usage[i] = self.job_usage.get(i, 0) + used
+        job_id = self.jobs[i].spec.job_id
+        self.job_usage[job_id] = self.job_usage.get(job_id, 0) + used
         now = self.dt(self.now)
         for b in self._budgets_of(i, pool.policy):
             key = (b.name, ledger.period_bounds(b.period, now)[0])

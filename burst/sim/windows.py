@@ -35,10 +35,14 @@ MINUTE = 60  # the resolution of what the plans hold on-prem (every grid step is
 
 @dataclass(frozen=True)
 class Window:
-    first: int  # its first job's index in the trace
-    jobs: int
+    first: int  # its first job's place in the trace
+    ids: tuple[str, ...]  # its jobs'
     step: int  # its grid, in seconds
     best: Optimum
+
+    @property
+    def jobs(self) -> int:
+        return len(self.ids)
 
 
 def reference(
@@ -74,7 +78,7 @@ def reference(
         for n, slot in best.starts.items():
             length = -(-items[n].duration // step)
             held[slot * per : (slot + length) * per] += items[n].gpus
-        out.append(Window(first, len(part), step, best))
+        out.append(Window(first, tuple(j.job_id for j in part), step, best))
         if progress:
             progress(min(1.0, (first + size) / len(jobs)))
     return out
@@ -82,16 +86,15 @@ def reference(
 
 def window_costs(outcome: Outcome, windows: Sequence[Window]) -> list[int]:
     """What the replay paid for each window's jobs, USD micros: their own node-hours, and the
-    pools' idle and overhead shared out in proportion to them."""
-    own = [
-        sum(outcome.job_usd_micros.get(i, 0) for i in range(w.first, w.first + w.jobs))
-        for w in windows
-    ]
+    pools' idle and overhead shared out in proportion to them (the rounding's remainder to the
+    last window, so that the windows add up to the bill)."""
+    own = [sum(outcome.job_usd_micros.get(i, 0) for i in w.ids) for w in windows]
     attributed = sum(own)
     rest = outcome.cost_usd_micros - attributed
-    if attributed == 0:
-        return [rest if k == 0 else 0 for k in range(len(windows))]
-    return [o + rest * o // attributed for o in own]
+    shares = [o + rest * o // attributed for o in own] if attributed else [0] * len(own)
+    if shares:
+        shares[-1] += outcome.cost_usd_micros - sum(shares)
+    return shares
 
 
 def summary(
@@ -129,7 +132,7 @@ def summary(
                 "cost": float(p),
                 "exact": w.best.exact,
                 "cloud_jobs": w.best.cloud_jobs,
-                "lost": w.best.lost,
+                "no_offer": w.best.no_offer,
             }
             for w, p in zip(windows, plans, strict=True)
         ],

@@ -91,15 +91,10 @@ def test_the_windowed_optimum_is_a_plan_no_cheaper_than_the_bound(tmp_path: Path
     assert optimum["windows"] == 2 and optimum["windows_needing_a_cloud"] >= 1
     # A schedule a cluster could run, knowing the future: the fluid bound is below it.
     assert optimum["cost"] >= result["lower_bound"]["cost"] > 0
-    assert sum(w["cost"] for w in optimum["per_window"]) == pytest.approx(optimum["cost"], abs=0.05)
     by_name = optimum["by_policy"]
     assert list(by_name) == ["burst", "never", "no-wait", "constant-wait", "compute-wait"]
     assert by_name["never"]["ratio"] == 0  # it pays nothing, and misses deadlines for it
-    for p in result["policies"]:
-        entry = by_name[p["name"]]
-        assert entry["ratio"] == pytest.approx(p["cost"] / optimum["cost"], abs=1e-3)
-        if entry["median_window"] is not None:
-            assert entry["median_window"] <= entry["worst_window"]
+    assert by_name["no-wait"]["ratio"] > 1  # it pays for every wait, needed or not
     page = simulate(*args, "--optimum", "200", "--format", "html").stdout
     assert "Against the windowed optimum" in page
 

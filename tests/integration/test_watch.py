@@ -10,7 +10,7 @@ from kubernetes import client
 
 from burst.clock import SystemClock
 from burst.kube.events import EventRecorder
-from burst.kube.observe import Observer
+from burst.kube.observe import Observer, succeeded_in
 from burst.kube.shapes import catalog_gpu
 from burst.kube.watch import ResourceCache
 from burst.sandbox import Sandbox, gpu_node
@@ -304,7 +304,7 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
 
     for n, hours in enumerate((1, 2, 3)):
         finish(f"train-resnet-{n}", hours)
-    finish("train-resnet-x9", 9, ok=False)  # failed after nine hours: not a runtime
+    finish("train-resnet-9", 9, ok=False)  # failed after nine hours: not a runtime
     batch.create_namespaced_job("default", gpu_job("train-resnet-7", suspend=True))
     declared = {"burst.dev/expected-runtime": "30m"}
     batch.create_namespaced_job(
@@ -328,3 +328,20 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
         assert pending["train-resnet-8"].runtime_source == "declared"
     finally:
         watch.stop()
+
+
+def test_a_run_is_timed_from_its_first_pod_when_the_cluster_still_holds_it() -> None:
+    """A Job's startTime is when its controller took it up; its pods may then wait hours to be
+    scheduled (the very queue burst is for): that wait is no part of its runtime."""
+    job = {
+        "status": {
+            "conditions": [{"type": "Complete", "status": "True"}],
+            "startTime": "2026-11-30T08:00:00Z",
+            "completionTime": "2026-11-30T10:00:00Z",
+        }
+    }
+    pod = {"status": {"startTime": "2026-11-30T09:00:00Z"}}
+    assert succeeded_in(job) == 7200 and succeeded_in(job, [pod]) == 3600
+    assert succeeded_in(job, [{"status": {}}]) == 7200
+    failed = {"status": {**job["status"], "conditions": [{"type": "Failed", "status": "True"}]}}
+    assert succeeded_in(failed) is None

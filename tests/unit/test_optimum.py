@@ -38,21 +38,24 @@ def test_a_later_start_lets_both_run_on_prem() -> None:
     assert optimum(jobs, 2).cost == 0 and optimum(jobs, 2).cloud_jobs == 0
 
 
-def test_too_big_or_too_late_for_on_prem_goes_to_a_cloud_and_no_offer_is_lost() -> None:
+def test_too_big_or_too_late_for_on_prem_goes_to_a_cloud() -> None:
     jobs = [
         OptJob(0, 10 * H, H, 16, 1.0),  # more GPUs than on-prem has
-        OptJob(0, H // 2, H, 1, 1.0),  # cannot finish by its deadline anywhere: the cloud too
+        OptJob(0, H // 2, H, 1, 1.0),  # cannot finish by its deadline on-prem (nor anywhere)
         OptJob(0, 10 * H, H, 16, None),  # too big, and no cloud offer fits it
     ]
     best = optimum(jobs, 8)
-    assert best.cost == pytest.approx(16 * H + H) and best.cloud_jobs == 2 and best.lost == 1
+    assert best.cost == pytest.approx(16 * H + H) and best.cloud_jobs == 2 and best.no_offer == 1
 
 
-def test_a_job_no_cloud_can_run_is_left_out_only_when_on_prem_has_no_room() -> None:
-    # One GPU: two jobs no cloud runs, due within the hour: one runs, one is lost; never paid.
-    jobs = [OptJob(0, H, H, 1, None), OptJob(0, H, H, 1, None), OptJob(0, H, H, 1, 5.0)]
-    best = optimum(jobs, 1)
-    assert best.cost == pytest.approx(5.0 * H) and best.lost == 1 and best.cloud_jobs == 1
+def test_a_job_no_cloud_can_run_is_no_part_of_the_cloud_cost() -> None:
+    # As in bound.py: such a job is left out, never displacing one a cloud would be paid for.
+    # One GPU: a priced job due within the hour, and one no cloud runs, released at 30 minutes and
+    # due before it could end. On a one-hour grid the second looked runnable and pushed the first
+    # to a cloud, above the exact optimum (0, on a one-second grid): no bound.
+    jobs = [OptJob(1800, 5000, H, 1, None), OptJob(0, H, H, 1, 1.0)]
+    assert optimum(jobs, 1, step=H).cost == 0 == optimum(jobs, 1, step=1).cost
+    assert optimum(jobs, 1, step=H).no_offer == 1
 
 
 def brute_force(jobs: list[OptJob], capacity: int, step: int) -> float:

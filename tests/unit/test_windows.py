@@ -18,7 +18,7 @@ def job(i: int, submit: int, duration: int, gpus: int, deadline: int) -> SimJob:
     return SimJob(str(i), submit, duration, gpus, 1, gpus, deadline, "t")
 
 
-def outcome(cost: int, per_job: dict[int, int]) -> Outcome:
+def outcome(cost: int, per_job: dict[str, int]) -> Outcome:
     return Outcome(
         "p", 4, cost, 0, 0, {}, 0, 1.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, job_usd_micros=per_job
     )
@@ -41,11 +41,15 @@ def test_a_job_that_can_wait_waits_for_the_gpus_the_last_window_held() -> None:
 
 
 def test_a_bill_is_shared_out_over_the_windows_in_proportion_to_their_jobs_usage() -> None:
-    jobs = [job(i, 0, H, 1, 2 * H) for i in range(4)]
+    jobs = [job(i, 0, H, 1, 2 * H) for i in range(6)]
     windows = reference(jobs, 0, lambda _pod: 1.0, size=2)  # no on-prem: every job to a cloud
-    # Jobs 0 and 2 ran in a cloud for 100 and 300; the pools' idle and overhead (600) follow them.
-    costs = window_costs(outcome(1000, {0: 100, 2: 300}), windows)
-    assert costs == [250, 750] and sum(costs) == 1000
-    data = summary(windows, [outcome(1000, {0: 100, 2: 300})], Decimal)
-    assert data["windows_needing_a_cloud"] == 2 and data["cost"] == pytest.approx(4 * H)
-    assert data["by_policy"]["p"]["worst_window"] == pytest.approx(750 / (2 * H), abs=1e-3)
+    # Jobs 0, 2 and 4 ran in a cloud for 100, 300 and 300; the pools' idle and overhead (300)
+    # follow them, in shares that do not divide evenly: the windows still add up to the bill.
+    bill = outcome(1000, {"0": 100, "2": 300, "4": 300})
+    costs = window_costs(bill, windows)
+    assert costs == [142, 428, 430] and sum(costs) == 1000
+    data = summary(windows, [bill], Decimal)
+    assert data["windows_needing_a_cloud"] == 3 and data["cost"] == pytest.approx(6 * H)
+    assert data["by_policy"]["p"]["worst_window"] == pytest.approx(430 / (2 * H), abs=1e-3)
+    # Nothing ran in a cloud, yet the pools were paid for: the last window carries it.
+    assert window_costs(outcome(50, {}), windows) == [0, 0, 50]
