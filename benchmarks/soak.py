@@ -7,14 +7,18 @@ kind, invariant counts, the leader's memory over time, the workloads' outcomes.
         [--fault-every 8] [--seed 1] [--url postgresql://postgres@127.0.0.1:5432/postgres]
         [--workdir DIR] [--no-kills] [--heap]
 
-At 720x a trace hour passes in 5 s: two weeks of trace in 28 minutes, then the drain.
+At 720x a trace hour passes in 5 s: two weeks of trace in 28 minutes, then the drain. Run it
+from a checkout nobody edits meanwhile (a `git worktree`): a replica restarted after a change
+runs the changed code; the report says whether the code changed during the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +26,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.soak.harness import Settings, Soak, lives
+
+
+def code_state() -> str:
+    """The checkout's commit and a digest of its uncommitted changes."""
+    root = Path(__file__).resolve().parent.parent
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+    diff = subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True)
+    digest = hashlib.sha256(diff.stdout).hexdigest()[:12]
+    return f"{head.stdout.strip()[:12]}+{digest}"
 
 
 def main() -> None:
@@ -64,12 +77,15 @@ def main() -> None:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="burst-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"soak: {settings.seconds:.0f} s of trace, logs in {workdir}", file=sys.stderr)
+    before = code_state()
     report = Soak(workdir, args.url, settings).run()
     samples = report.memory_mib
     (workdir / "memory.csv").write_text(
         "seconds,replica,pid,rss_mib\n" + "".join(f"{a},{n},{p},{r}\n" for a, n, p, r in samples)
     )
     figures = {"bench": "soak", "days": args.days, **report.__dict__, "memory_mib": lives(samples)}
+    # A replica restarted after the code changed runs the new code: such a run measures neither.
+    figures["code"] = {"at_start": before, "changed_during_run": code_state() != before}
     print(json.dumps(figures, default=str), flush=True)
 
 
