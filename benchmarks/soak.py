@@ -29,11 +29,13 @@ from tests.soak.harness import Settings, Soak, lives
 
 
 def code_state() -> str:
-    """The checkout's commit and a digest of its uncommitted changes."""
+    """The checkout's commit and a digest of its uncommitted changes and new files (a new file's
+    later edits escape it, as do files git ignores)."""
     root = Path(__file__).resolve().parent.parent
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
     diff = subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True)
-    digest = hashlib.sha256(diff.stdout).hexdigest()[:12]
+    new = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True)
+    digest = hashlib.sha256(diff.stdout + new.stdout).hexdigest()[:12]
     return f"{head.stdout.strip()[:12]}+{digest}"
 
 
