@@ -88,7 +88,11 @@ def main() -> None:
         gpus = trace.onprem_gpus(raw)
         # The policies in the order `burst simulate` replays them: burst's own first.
         chosen = compare.policies(
-            cfg, policy, offers, jobs, include_baselines=name in args.baselines.split(",")
+            cfg,
+            policy,
+            offers,
+            jobs,
+            include_baselines=name in args.baselines.split(","),
         )
         total = 0.0
         for p in chosen:

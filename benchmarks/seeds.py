@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-BASELINES = ("compute-wait", "constant-wait", "no-wait")
+BASELINES = ("starburst", "compute-wait", "constant-wait", "no-wait")
 
 
 def seeds(text: str) -> list[int]:

@@ -43,7 +43,10 @@ def simulate_cmd(
     ] = None,
     with_baselines: Annotated[
         bool,
-        typer.Option("--baselines", help="Also run never, no-wait, constant- and compute-wait."),
+        typer.Option(
+            "--baselines",
+            help="Also run never, no-wait, constant-wait, compute-wait and starburst.",
+        ),
     ] = False,
     sweep: Annotated[
         bool, typer.Option(help="Vary each policy's main knob: cost against completion time.")

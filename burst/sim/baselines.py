@@ -6,8 +6,13 @@ with, on the same trace, seed and simulated clouds (simulate.py):
 - `constant-wait`: a job still queued after a fixed wait bursts to the cheapest on-demand offer in
   one fixed region (the policy's first target), as a cluster-autoscaler node group behaves.
 - `compute-wait`: Starburst's waiting policy (Cao et al., USENIX ATC '24): a job waits for on-prem
-  for `k x GPUs x runtime`; `k` is set from a waiting budget, here so that the mean wait over the
-  trace equals the budget (so constant-wait and compute-wait with one budget wait as long on average).
+  for `k x GPUs x runtime`; `k` is set from a waiting budget, here so that the allowed waits
+  average the budget over the trace.
+- `starburst`: compute-wait as Starburst runs it, controlling the on-prem scheduler too: on-prem
+  runs queued jobs out of order (each, in queue order, starts if its GPUs are free: a small job
+  runs past a big one that does not fit), and a job queued behind 30 others or more bursts at
+  once. A stronger baseline than compute-wait on the cluster's strict FIFO queue, which
+  burst and the others are replayed on.
 
 None of them knows deadlines. They use the offers the burst policy may use (its targets, GPUs and
 price cap), reuse a pool of the same offer that has room, and let a pool go once it has been idle
@@ -32,6 +37,7 @@ from burst.sim.state import first_fit
 from burst.sim.trace import SimJob
 
 DEFAULT_WAIT = timedelta(minutes=30)
+STARBURST_QUEUE_CAP = 30  # queued jobs; past it, a job bursts at once
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,12 @@ class Waiting:
         policy: BurstPolicy,
         catalog: Catalog,
         wait: Callable[[SimJob], float],
+        *,
+        out_of_order: bool = False,
+        queue_cap: int | None = None,
     ) -> None:
         self.name, self.policy, self.wait = name, policy, wait
+        self.out_of_order, self.queue_cap = out_of_order, queue_cap
         # Every target of the policy, as burst may use (caps and targets are the policy's; its
         # budgets bind burst alone: a baseline has no ledger to count against them).
         self._targets = target_regions(config, policy.spec.placement.targets)
@@ -114,9 +124,11 @@ class Waiting:
         for v in world.pools_with_room():
             if v.name not in gone:
                 room.setdefault(v.offer, {})[v.name] = v.free_per_node()
-        for i in world.queued():
+        for place, i in enumerate(world.queued()):
             job = world.jobs[i]
-            if job.planned_pool is not None or world.now - job.spec.submit < self.wait(job.spec):
+            capped = self.queue_cap is not None and place >= self.queue_cap
+            waited = world.now - job.spec.submit >= self.wait(job.spec)
+            if job.planned_pool is not None or not (waited or capped):
                 continue
             choice = self._choice(job.spec)
             if choice is None:
@@ -200,3 +212,20 @@ def compute_wait(
     work = sum(j.gpus * j.duration for j in jobs) / len(jobs)
     k = budget.total_seconds() / work
     return Waiting("compute-wait", config, policy, catalog, _Wait(per_gpu_second=k))
+
+
+def starburst(
+    config: Config,
+    policy: BurstPolicy,
+    catalog: Catalog,
+    jobs: Sequence[SimJob],
+    budget: timedelta = DEFAULT_WAIT,
+    queue_cap: int = STARBURST_QUEUE_CAP,
+) -> Waiting:
+    """compute-wait with on-prem out of order and a queue cap, as Starburst's simulator runs it
+    in its end-to-end Philly experiments (michaelzhiluo/starburst, README: `--loop 1`, out-of-order
+    scheduling; `--max_queue_length 30`)."""
+    rule = compute_wait(config, policy, catalog, jobs, budget).wait
+    return Waiting(
+        "starburst", config, policy, catalog, rule, out_of_order=True, queue_cap=queue_cap
+    )

@@ -124,6 +124,7 @@ def policies(
             baselines.no_wait(config, policy, catalog),
             baselines.constant_wait(config, policy, catalog),
             baselines.compute_wait(config, policy, catalog, jobs),
+            baselines.starburst(config, policy, catalog, jobs),
         ]
     return chosen
 

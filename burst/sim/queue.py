@@ -1,4 +1,5 @@
-"""The simulated on-prem cluster: strict FIFO per GPU product, the queue decide/onprem.py estimates. A job
+"""The simulated on-prem cluster: strict FIFO per GPU product, the queue decide/onprem.py estimates
+(or out of order, first fit in queue order, for a policy that schedules on-prem so). A job
 that arrives queues (or is marked as one only a cloud can run), starts when it reaches the head and
 its GPUs are free, and leaves the queue when a policy sends it to a cloud. The jobs still waiting are
 kept in queue order as they come and go, for the decisions to read (views.py)."""
@@ -35,6 +36,9 @@ class OnPremQueue(WorldState):
                 self._at(wake, "wake", i)
 
     def _start_onprem(self) -> None:
+        if self.out_of_order:
+            self._start_first_fit()
+            return
         while self.queue:
             _, i = self.queue[0]
             job = self.jobs[i]
@@ -44,19 +48,32 @@ class OnPremQueue(WorldState):
             if job.spec.gpus > self.free[self.product]:
                 return  # nothing overtakes the head
             heapq.heappop(self.queue)
-            self.free[self.product] -= job.spec.gpus
-            if job.planned_pool is not None:  # it started here before its pool was ready
-                self._unplan(i)
-            job.state, job.started = "onprem", self.now
-            self._unwait(i)
-            end = self.now + job.spec.duration
-            # The decision expects it to end when the runtime it was told says (not when it will).
-            told = told_runtime(self, i) or self.default_runtime
-            expected = self.dt(self.now + told)
-            self.running[i] = RunningWorkload(
-                str(i), self.product, job.spec.gpus, expected, self.dt(self.now)
-            )
-            self._at(end, "onprem-end", i)
+            self._start(i)
+
+    def _start_first_fit(self) -> None:
+        """Out of order, as Starburst schedules on-prem: each queued job, in queue order, starts if
+        its GPUs are free, a small job past a big one that does not fit."""
+        for i in list(self.waiting_fits):
+            if self.free[self.product] == 0:
+                return
+            if self.jobs[i].spec.gpus <= self.free[self.product]:
+                self._start(i)
+
+    def _start(self, i: int) -> None:
+        job = self.jobs[i]
+        self.free[self.product] -= job.spec.gpus
+        if job.planned_pool is not None:  # it started here before its pool was ready
+            self._unplan(i)
+        job.state, job.started = "onprem", self.now
+        self._unwait(i)
+        end = self.now + job.spec.duration
+        # The decision expects it to end when the runtime it was told says (not when it will).
+        told = told_runtime(self, i) or self.default_runtime
+        expected = self.dt(self.now + told)
+        self.running[i] = RunningWorkload(
+            str(i), self.product, job.spec.gpus, expected, self.dt(self.now)
+        )
+        self._at(end, "onprem-end", i)
 
     def _onprem_end(self, i: int) -> None:
         job = self.jobs[i]

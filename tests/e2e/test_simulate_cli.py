@@ -25,13 +25,20 @@ def test_burst_and_the_baselines_on_openb_the_same_twice() -> None:
     assert first.stdout == again.stdout  # one seed, one result
     # Not on a terminal (a CI log): progress as lines, every tenth of each policy's replay.
     lines = first.stderr.splitlines()
-    assert "burst: 100 %" in lines and "compute-wait: 100 %" in lines, first.stderr
+    assert "burst: 100 %" in lines and "starburst: 100 %" in lines, first.stderr
     assert len([x for x in lines if x.startswith("burst: ")]) >= 4, first.stderr
     result = json.loads(first.stdout)
     assert result["trace"] == "alibaba-openb-2023-public.csv" and result["jobs"] == 4330
     assert "cost" in result["lower_bound"]
     by_name = {p["name"]: p for p in result["policies"]}
-    assert list(by_name) == ["burst", "never", "no-wait", "constant-wait", "compute-wait"]
+    assert list(by_name) == [
+        "burst",
+        "never",
+        "no-wait",
+        "constant-wait",
+        "compute-wait",
+        "starburst",
+    ]
     assert by_name["never"]["cost"] == 0 and by_name["never"]["pools_created"] == 0
     for p in by_name.values():
         assert 0 <= p["deadlines_met"] <= 1 and p["mean_jct_s"] >= p["mean_queue_s"] >= 0
@@ -92,7 +99,14 @@ def test_the_windowed_optimum_is_a_plan_no_cheaper_than_the_bound(tmp_path: Path
     # A schedule a cluster could run, knowing the future: the fluid bound is below it.
     assert optimum["cost"] >= result["lower_bound"]["cost"] > 0
     by_name = optimum["by_policy"]
-    assert list(by_name) == ["burst", "never", "no-wait", "constant-wait", "compute-wait"]
+    assert list(by_name) == [
+        "burst",
+        "never",
+        "no-wait",
+        "constant-wait",
+        "compute-wait",
+        "starburst",
+    ]
     assert by_name["never"]["ratio"] == 0  # it pays nothing, and misses deadlines for it
     assert by_name["no-wait"]["ratio"] > 1  # it pays for every wait, needed or not
     page = simulate(*args, "--optimum", "200", "--format", "html").stdout

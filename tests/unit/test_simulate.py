@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
 
@@ -46,6 +47,24 @@ def test_never_is_strict_fifo_on_prem() -> None:
     assert (out.mean_jct_s, out.mean_queue_s, out.deadlines_met) == (120, 45, 1.0)
     assert out.onprem_utilisation == pytest.approx((8 * 100 + 4 * 50) / (8 * 150))
     assert out.cost_usd_micros == 0 and out.pools_created == 0
+
+
+def test_starburst_runs_on_prem_out_of_order_and_caps_the_queue() -> None:
+    # 8 GPUs: a holds 6 until 1000; b (4 GPUs) cannot start, c (2) can. In strict FIFO c waits
+    # behind b; out of order c runs at once, past b.
+    jobs = [job("a", 0, 1000, 6, 10_000), job("b", 10, 50, 4, 10_000), job("c", 20, 50, 2, 10_000)]
+    world, _ = replay(baselines.Never(), jobs)
+    assert [j.started for j in world.jobs] == [0, 1000, 1000]  # (b runs 1000-1050)
+    # A waiting budget long enough that no job here waits it out: only the queue sends any.
+    long = timedelta(hours=10)
+    starburst = baselines.starburst(CFG, POLICY, OFFERS, jobs, long, queue_cap=30)
+    world, out = replay(starburst, jobs)
+    assert [j.started for j in world.jobs] == [0, 1000, 20] and out.burst_jobs == 0
+    # A cap of one queued job: the second one queued (d, behind b) bursts at the next tick.
+    jobs.append(job("d", 30, 50, 4, 10_000))
+    capped = baselines.starburst(CFG, POLICY, OFFERS, jobs, long, queue_cap=1)
+    world, out = replay(capped, jobs)
+    assert world.jobs[3].ran_in_cloud and not world.jobs[1].ran_in_cloud and out.burst_jobs == 1
 
 
 def test_no_wait_bursts_at_the_next_tick_and_the_node_goes_when_empty() -> None:
