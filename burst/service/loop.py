@@ -164,10 +164,12 @@ class Reconciler:
             self.teardown.meter_live(s)
             report = PassReport(Plan())
             self.remote.dispatch_ready(s, report.outcomes)
-            self.remote.follow(s, report.outcomes)  # requeues the jobs of the lost
-            # Read after following: a cluster whose grace ran out while its copies were being
-            # listed has had its jobs requeued in that step, and its pools must go with them.
-            self._let_lost_clusters_go(s, [t for t in self.targets if self.remote.health.lost(t)])
+            self.remote.follow(s, report.outcomes)
+            # Read after following: a cluster's grace may run out while its copies are listed.
+            lost = [t for t in self.targets if self.remote.health.lost(t)]
+            if lost:
+                self._let_lost_clusters_go(s, lost)
+                self.remote.requeue_lost(s, report.outcomes)  # those whose pools are gone
             self.guard.check(s, report.outcomes)  # runs a hard budget cannot cover are stopped
             self._alert(s)
             report.plan = self._plan(s)
@@ -196,9 +198,9 @@ class Reconciler:
             alerts.deliver(s, crossed, {b.name: b for b in self.budgets}, self.replicator.events)
 
     def _let_lost_clusters_go(self, s: Session, lost: list[str]) -> None:
-        """A cloud cluster silent past its grace has had its jobs requeued on-prem: its pools
-        are deleted through the cloud's own API (another way in), so that no copy keeps running
-        there beside its requeued job, and nothing is paid for nodes burst cannot use."""
+        """A cloud cluster silent past its grace: its pools are deleted through the cloud's own
+        API (another way in), and its jobs resume on-prem once they are gone, so that no copy
+        runs there beside its original, and nothing is paid for nodes burst cannot use."""
         for target in lost:
             for name in s.scalars(
                 select(Pool.name).where(Pool.target == target, Pool.state.in_(LIVE_STATES))

@@ -42,6 +42,7 @@ from burst.store.tables import Pool, Workload
 
 log = logging.getLogger(__name__)
 ACTIVE = ("planned", "dispatched")
+GONE = ("deleted", "failed")  # pool states whose nodes no longer run anything
 # A copy still Pending this long after it was created is not coming up (its pool is ready when
 # it is sent; scheduling and an image pull take minutes, not half an hour).
 STUCK_PENDING = timedelta(minutes=30)
@@ -288,17 +289,8 @@ class RemoteSteps(ClusterSteps):
             return
         costs = ledger.dispatched_costs(s)
         copies = self._copies({(f.target, f.kind) for f in rows})
-        for f in rows:
-            if self.health.lost(f.target):
-                why = f"{f.target} stopped answering"
-                self._isolated(
-                    s,
-                    f,
-                    "requeue",
-                    lambda f=f, why=why: self._requeue(s, *_load(s, f), why, out),
-                    asks=False,
-                )
-            elif f.target in copies:
+        for f in rows:  # (a cluster that did not answer is not in `copies`: see requeue_lost)
+            if f.target in copies:
                 self._isolated(
                     s,
                     f,
@@ -307,6 +299,30 @@ class RemoteSteps(ClusterSteps):
                 )
         s.commit()
         self._changes = 0
+
+    def requeue_lost(self, s: Session, out: Outcomes) -> None:
+        """The copies on clusters silent past their grace whose pools the cloud has deleted: their
+        originals resume here."""
+        for f in _followed(s):
+            if self.health.lost(f.target):
+                self._requeue_if_gone(s, f, out)
+        s.commit()
+
+    def _requeue_if_gone(self, s: Session, f: Followed, out: Outcomes) -> None:
+        """A copy on a cluster silent past its grace: its original resumes here once the cloud
+        has deleted the pool's nodes. Before, the copy may still run there, beyond burst's reach
+        through the cluster (the loop has the cloud delete them; a throttled or failing cloud API
+        delays the resume, never lets both run)."""
+        if f.pool_state not in GONE:
+            return
+        why = f"{f.target} stopped answering"
+        self._isolated(
+            s,
+            f,
+            "requeue",
+            lambda: self._requeue(s, *_load(s, f), why, out),
+            asks=False,
+        )
 
     def _copies(self, wanted: set[tuple[str, str]]) -> dict[str, dict[CopyKey, Any]]:
         """Each target's copies, listed once; a target that does not answer is left out of this
@@ -438,6 +454,7 @@ class Followed(NamedTuple):
     namespace: str
     name: str
     pool: str
+    pool_state: str
 
 
 def _followed(s: Session) -> list[Followed]:
@@ -457,6 +474,7 @@ def _followed(s: Session) -> list[Followed]:
             Workload.namespace,
             Workload.name,
             Pool.name,
+            Pool.state,
         )
         .join(Workload, Workload.id == DispatchRow.workload_id)
         .join(Pool, Pool.id == DispatchRow.pool_id)

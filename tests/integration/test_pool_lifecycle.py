@@ -263,6 +263,59 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
         engine.dispose()
 
 
+def test_a_lost_clusters_job_resumes_on_prem_only_once_the_cloud_has_deleted_its_pool(
+    kube: Any, tmp_path: Path
+) -> None:
+    """The long soak: a cluster went silent past its grace while the cloud's API answered "Rate
+    exceeded"; the job resumed on-prem at once while the pool burst could not delete yet kept its
+    copy running for seven seconds (`two_copies`). It now waits, suspended, for the pool to go."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    cluster = Sandbox(clock=clock, tick=0.01).start()
+    gate = Gate(int(cluster.url.rsplit(":", 1)[1]))
+    remote = KubeObjects(
+        client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{gate.port}"))
+    )
+    world = SimCloud(clock, settings=SimSettings())
+    provider = SimProvider(
+        world,
+        target="sim-aws",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: list(SHIPPED),
+        kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
+    )
+    engine, sessions = sessions_in(tmp_path)
+    local = cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
+
+        def state() -> tuple[str | None, str | None]:
+            with sessions() as s:
+                return s.scalar(select(Workload.state)), s.scalar(select(Pool.state))
+
+        thirty = timedelta(seconds=30)
+        passes_until(loop, clock, lambda: state()[0] == "dispatched", thirty, timeout=60)
+        gate.shut()
+        world.faults.throttled_until = clock.now() + timedelta(hours=1)
+        for _ in range(30):  # fifteen minutes: past the grace, every cloud call refused
+            clock.advance(thirty)
+            loop.run_once()
+        assert state() == ("dispatched", "deleting")
+        assert local.batch.read_namespaced_job("far", "cms-ml").spec.suspend  # not resumed
+        world.faults.throttled_until = None
+        passes_until(loop, clock, lambda: state() == ("requeued", "deleted"), thirty, timeout=60)
+        assert not local.batch.read_namespaced_job("far", "cms-ml").spec.suspend
+    finally:
+        gate.close()
+        observer.stop()
+        cluster.stop()
+        engine.dispose()
+
+
 def test_a_cluster_found_lost_while_its_copies_are_listed_has_its_pools_deleted_too(
     kube: Any, tmp_path: Path
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import config
@@ -313,5 +314,10 @@ def test_a_target_silent_past_its_grace_has_its_workloads_requeued(
     with sessions() as s:
         silent.follow(s, out)  # first silence: noted
         clock.advance(timedelta(minutes=11))
-        silent.follow(s, out)  # still silent past the grace: requeued
+        silent.follow(s, out)  # still silent past the grace: lost
+        silent.requeue_lost(s, out)
+        assert out.requeued == []  # its pool's nodes may still run the copy: not yet
+        s.scalars(select(Pool)).one().state = "deleted"  # as the loop has the cloud do
+        s.commit()
+        silent.requeue_lost(s, out)
     assert out.requeued == ["cms-ml/far"]
