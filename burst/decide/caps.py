@@ -1,6 +1,7 @@
 """Step 3 of the decision: caps and budgets. What a placement may cost: the policy's and the job's
 maximum cost, and every budget the workload falls under (a hard budget is never exceeded; each
-placement in a plan reserves its estimate, so later ones see less left). Prices are catalog USD;
+placement in a plan reserves its estimate, under a hard budget at least what its dispatch will
+reserve, so later ones see less left). Prices are catalog USD;
 caps and budgets are in their own currencies, converted so that estimates never undershoot."""
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from decimal import ROUND_CEILING, Decimal
 from burst.amounts import Money
 from burst.cloud.catalog import CATALOG_CURRENCY
 from burst.config import BurstPolicy
-from burst.model import BudgetView, Workload
+from burst.model import BudgetView, OfferKey, Workload
+from burst.money.guard import first_hold
 
 
 class PlanError(ValueError):
@@ -55,18 +57,29 @@ class Budgets:
 
     views: Sequence[BudgetView]
     rates: Rates
+    # How far ahead a dispatch under a hard budget reserves its run (money/guard.py): the plan
+    # asks a hard budget for as much, or it planned pools for dispatches the budget then refused
+    # (the long soak's pools created and let go, pass after pass, under a spent budget).
+    ahead: timedelta = timedelta(0)
     remaining: dict[str, Money] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.remaining = {b.name: b.remaining for b in self.views}
 
+    def hold_usd(self, w: Workload, cost_usd: int, offer: OfferKey, hourly_micros: int) -> int:
+        """What a dispatch costing `cost_usd` on nodes of `offer` holds of a hard budget."""
+        return first_hold(cost_usd, w.gpus, offer.gpus, hourly_micros, self.ahead)
+
     def matching(self, w: Workload, policy: str) -> list[BudgetView]:
         wanted = {("team", w.team), ("policy", policy), ("namespace", w.namespace)}
         return [b for b in self.views if (b.scope, b.value) in wanted]
 
-    def refusal(self, w: Workload, policy: str, cost_usd: int) -> str | None:
+    def refusal(
+        self, w: Workload, policy: str, cost_usd: int, hold_usd: int | None = None
+    ) -> str | None:
         for b in self.matching(w, policy):
-            cost = self.rates.from_usd(cost_usd, b.remaining.currency)
+            asked = hold_usd if hold_usd is not None and b.hard else cost_usd
+            cost = self.rates.from_usd(asked, b.remaining.currency)
             left = self.remaining[b.name]
             if b.hard and cost > left:
                 return f"budget {b.name}: {max(left, Money.zero(left.currency))} left, needs {cost}"
@@ -80,9 +93,10 @@ class Budgets:
                 notes.append(f"soft budget {b.name} exceeded ({self.remaining[b.name]} left)")
         return notes
 
-    def charge(self, w: Workload, policy: str, cost_usd: int) -> None:
+    def charge(self, w: Workload, policy: str, cost_usd: int, hold_usd: int | None = None) -> None:
         for b in self.matching(w, policy):
-            self.remaining[b.name] -= self.rates.from_usd(cost_usd, b.remaining.currency)
+            asked = hold_usd if hold_usd is not None and b.hard else cost_usd
+            self.remaining[b.name] -= self.rates.from_usd(asked, b.remaining.currency)
 
 
 @dataclass
@@ -102,7 +116,12 @@ class Caps:
         return min(caps) if caps else None
 
     def refusal(
-        self, w: Workload, policy: BurstPolicy, cost_usd: int, max_cost_usd: int | None
+        self,
+        w: Workload,
+        policy: BurstPolicy,
+        cost_usd: int,
+        max_cost_usd: int | None,
+        hold_usd: int | None = None,
     ) -> str | None:
         if max_cost_usd is not None and cost_usd > max_cost_usd:
             currency = policy.spec.limits.currency
@@ -110,4 +129,4 @@ class Caps:
                 f"max cost {self.rates.from_usd(max_cost_usd, currency)} per job, "
                 f"needs {self.rates.from_usd(cost_usd, currency)}"
             )
-        return self.budgets.refusal(w, policy.metadata.name, cost_usd)
+        return self.budgets.refusal(w, policy.metadata.name, cost_usd, hold_usd)

@@ -75,12 +75,15 @@ class Placement:
             self._max_cost[key] = self.caps.max_cost_usd(want.w, want.policy)
         return self._max_cost[key]
 
-    def _refusal(self, want: Want, cost_usd: int, max_cost_usd: int | None) -> str | None:
-        """Why a placement costing `cost_usd` is refused: more than the time it saves is worth,
-        or a cap or budget (caps.py)."""
+    def _refusal(
+        self, want: Want, cost_usd: int, max_cost_usd: int | None, offer: OfferKey, hourly: int
+    ) -> str | None:
+        """Why a placement costing `cost_usd` on nodes of `offer` is refused: more than the time
+        it saves is worth, or a cap or budget (caps.py)."""
         if want.worth is not None and cost_usd > self.caps.rates.to_usd(want.worth):
             return f"the cloud costs {self.caps.rates.from_usd(cost_usd, want.worth.currency)}"
-        return self.caps.refusal(want.w, want.policy, cost_usd, max_cost_usd)
+        hold = self.caps.budgets.hold_usd(want.w, cost_usd, offer, hourly)
+        return self.caps.refusal(want.w, want.policy, cost_usd, max_cost_usd, hold)
 
     def open(self, pool: OpenPool) -> OpenPool:
         pool.seq = len(self.pools)
@@ -138,7 +141,7 @@ class Placement:
         reuse = best_reuse(eligible, w, want.runtime, deadline, self.now)
         if reuse is not None:
             pool = reuse.pool
-            why = self._refusal(want, reuse.cost, max_cost_usd)
+            why = self._refusal(want, reuse.cost, max_cost_usd, pool.offer, pool.hourly_micros)
             if why is None:
                 pool.place(w)
                 where = f"reuses pool {pool.name} with free room"
@@ -202,7 +205,7 @@ class Placement:
             )
             return "; ".join(refusals)
         total, finish, _, _, c = cheapest
-        why = self._refusal(want, total, max_cost_usd)
+        why = self._refusal(want, total, max_cost_usd, c.offer.key, c.offer.hourly.micros)
         if why is not None:
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
@@ -230,7 +233,7 @@ class Placement:
         )
         if best is None:
             return f"policy {want.policy.metadata.name}: max {spec.limits.max_pools} pools reached"
-        why = self._refusal(want, best.cost, max_cost_usd)
+        why = self._refusal(want, best.cost, max_cost_usd, best.pool.offer, best.pool.hourly_micros)
         if why is not None:
             return why
         pool = best.pool
@@ -268,7 +271,8 @@ class Placement:
     ) -> None:
         w, p = want.w, want.policy
         notes = self.caps.budgets.soft_overruns(w, p.metadata.name, cost)
-        self.caps.budgets.charge(w, p.metadata.name, cost)
+        hold = self.caps.budgets.hold_usd(w, cost, pool.offer, pool.hourly_micros)
+        self.caps.budgets.charge(w, p.metadata.name, cost, hold)
         pool.cost_micros += cost
         reason = f"{want.trigger}; {where}, est. finish {at(finish, self.now)}"
         if notes:

@@ -51,6 +51,7 @@ from burst.model import (
     Snapshot,
     Workload,
 )
+from burst.money.guard import horizon
 
 __all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run", "plan"]
 
@@ -74,7 +75,7 @@ class _Planner:
             catalog,
             self.targets,
             Candidates(catalog, self.targets, config.service.spec.targets, rates),
-            Caps(rates, Budgets(snapshot.budgets, rates)),
+            Caps(rates, Budgets(snapshot.budgets, rates, horizon(config))),
             frozenset(snapshot.unavailable),
             frozenset(p.name for p in snapshot.pools),
         )

@@ -356,6 +356,30 @@ def test_reuses_a_pool_with_free_room_before_creating_one() -> None:
     assert "reuses pool aws-euc1-p3-8xlarge-od-1 with free room" in dispatches(plan)["w1"].reason
 
 
+def test_a_hard_budget_is_asked_for_what_the_dispatch_will_hold() -> None:
+    """A one-minute job on a pool with room costs its GPU's minute; its dispatch under a hard
+    budget holds its run twice the budget horizon ahead (money/guard.first_hold). The plan asked
+    the budget for the minute only, so with less left than the hold it planned a dispatch the
+    budget then refused, pass after pass (the long soak's pools created and let go)."""
+    short = workload(deadline=NOW + 3 * H, expected_runtime=timedelta(minutes=1))
+    snap = Snapshot(workloads=(short,), onprem=BUSY_V100, pools=(_pool(free_gpus=(3,)),))
+    cost = dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"].estimated_cost
+    p3 = next(o for o in CATALOG if o.key == _pool().offer)
+    horizon = make_config().service.spec.graces.budget_horizon  # type: ignore[union-attr]
+    hold = math.ceil(p3.hourly.micros * 2 * horizon.total_seconds() / (4 * 3600))
+    assert hold > cost.micros  # the case at hand
+    for left, reused in ((hold - 1, False), (hold, True)):
+        budget = BudgetView("ml", "team", "ml", Money(left, "USD"))
+        plan = decide.plan(replace(snap, budgets=(budget,)), CATALOG, make_config(), NOW)
+        sent = dispatches(plan).get("w1")
+        # Short of the hold, not on that pool (a smaller node elsewhere holds less, if any).
+        assert (sent is not None and sent.pool == _pool().name) is reused, left
+    soft = BudgetView("ml", "team", "ml", Money(cost.micros, "USD"), hard=False)
+    assert "w1" in dispatches(
+        decide.plan(replace(snap, budgets=(soft,)), CATALOG, make_config(), NOW)
+    )
+
+
 def test_expected_run_restarts_from_scratch_at_each_interruption() -> None:
     rated, plain = (
         make_config(targets=[{**TARGETS[0], **extra}]).service
