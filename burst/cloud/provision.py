@@ -20,6 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from burst import failpoints
+from burst.amounts import Money
 from burst.clock import Clock
 from burst.cloud.backoff import Backoffs
 from burst.cloud.catalog import UnavailableOffers
@@ -411,6 +412,8 @@ def pool_views(
                 created=row.created_at,
                 free_gpus=tuple(free),
                 idle_since=idle_since.get(row.name),
+                # as its dispatches reserve it (intents.py), not as the catalog prices it now
+                hourly=Money(row.unit_price_micros, row.currency),
             )
         )
     return out

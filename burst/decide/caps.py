@@ -77,8 +77,9 @@ class Budgets:
     def refusal(
         self, w: Workload, policy: str, cost_usd: int, hold_usd: int | None = None
     ) -> str | None:
-        for b in self.matching(w, policy):
-            asked = hold_usd if hold_usd is not None and b.hard else cost_usd
+        budgets = self.matching(w, policy)
+        asked = self._asked(budgets, cost_usd, hold_usd)
+        for b in budgets:
             cost = self.rates.from_usd(asked, b.remaining.currency)
             left = self.remaining[b.name]
             if b.hard and cost > left:
@@ -94,9 +95,18 @@ class Budgets:
         return notes
 
     def charge(self, w: Workload, policy: str, cost_usd: int, hold_usd: int | None = None) -> None:
-        for b in self.matching(w, policy):
-            asked = hold_usd if hold_usd is not None and b.hard else cost_usd
+        budgets = self.matching(w, policy)
+        asked = self._asked(budgets, cost_usd, hold_usd)
+        for b in budgets:
             self.remaining[b.name] -= self.rates.from_usd(asked, b.remaining.currency)
+
+    @staticmethod
+    def _asked(budgets: Sequence[BudgetView], cost_usd: int, hold_usd: int | None) -> int:
+        """What each budget over a placement is asked for: under any hard one, every one holds
+        the dispatch's first hold, as the dispatch will reserve it (intents.py)."""
+        if hold_usd is not None and any(b.hard for b in budgets):
+            return max(cost_usd, hold_usd)
+        return cost_usd
 
 
 @dataclass

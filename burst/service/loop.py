@@ -169,7 +169,7 @@ class Reconciler:
             lost = [t for t in self.targets if self.remote.health.lost(t)]
             if lost:
                 self._let_lost_clusters_go(s, lost)
-                self.remote.requeue_lost(s, report.outcomes)  # those whose pools are gone
+                self.remote.requeue_gone(s, report.outcomes)  # those whose pools went now
             self.guard.check(s, report.outcomes)  # runs a hard budget cannot cover are stopped
             self._alert(s)
             report.plan = self._plan(s)

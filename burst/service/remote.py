@@ -174,9 +174,9 @@ class RemoteSteps(ClusterSteps):
         here, in order, as each one's calls return."""
         ready = []
         for d, w, pool in _joined(s, "planned"):
-            if pool.state == "failed":  # the pool never came: back to the queue
+            if pool.state in GONE:  # the pool never came, or went (its cluster lost): requeue
                 d.state, w.state = "cancelled", "pending"
-                w.state_reason = f"pool {pool.name} failed: {pool.state_reason}"
+                w.state_reason = f"pool {pool.name} {pool.state}: {pool.state_reason}"
                 self._changes += 1
             elif pool.state in ("ready", "resizing"):  # a resizing pool runs work on its nodes
                 ready.append((d, w, pool))
@@ -289,8 +289,10 @@ class RemoteSteps(ClusterSteps):
             return
         costs = ledger.dispatched_costs(s)
         copies = self._copies({(f.target, f.kind) for f in rows})
-        for f in rows:  # (a cluster that did not answer is not in `copies`: see requeue_lost)
-            if f.target in copies:
+        for f in rows:
+            if f.pool_state in GONE:  # nothing runs its copy now: whether its cluster answers
+                self._requeue_gone(s, f, out)
+            elif f.target in copies:  # (a cluster that did not answer is not: see requeue_gone)
                 self._isolated(
                     s,
                     f,
@@ -300,22 +302,24 @@ class RemoteSteps(ClusterSteps):
         s.commit()
         self._changes = 0
 
-    def requeue_lost(self, s: Session, out: Outcomes) -> None:
-        """The copies on clusters silent past their grace whose pools the cloud has deleted: their
-        originals resume here."""
+    def requeue_gone(self, s: Session, out: Outcomes) -> None:
+        """The copies whose pools the cloud has deleted since the follow step (those of a
+        cluster silent past its grace): their originals resume here now."""
         for f in _followed(s):
-            if self.health.lost(f.target):
-                self._requeue_if_gone(s, f, out)
+            if f.pool_state in GONE:
+                self._requeue_gone(s, f, out)
         s.commit()
 
-    def _requeue_if_gone(self, s: Session, f: Followed, out: Outcomes) -> None:
-        """A copy on a cluster silent past its grace: its original resumes here once the cloud
-        has deleted the pool's nodes. Before, the copy may still run there, beyond burst's reach
-        through the cluster (the loop has the cloud delete them; a throttled or failing cloud API
+    def _requeue_gone(self, s: Session, f: Followed, out: Outcomes) -> None:
+        """A copy whose pool is gone: its original resumes here. A copy on a cluster silent
+        past its grace waits for this: until the cloud has deleted its pool's nodes it may still
+        run there, beyond burst's reach through the cluster (a throttled or failing cloud API
         delays the resume, never lets both run)."""
-        if f.pool_state not in GONE:
-            return
-        why = f"{f.target} stopped answering"
+        why = (
+            f"{f.target} stopped answering"
+            if self.health.lost(f.target)
+            else f"its pool {f.pool} was deleted"
+        )
         self._isolated(
             s,
             f,

@@ -315,9 +315,32 @@ def test_a_target_silent_past_its_grace_has_its_workloads_requeued(
         silent.follow(s, out)  # first silence: noted
         clock.advance(timedelta(minutes=11))
         silent.follow(s, out)  # still silent past the grace: lost
-        silent.requeue_lost(s, out)
+        silent.requeue_gone(s, out)
         assert out.requeued == []  # its pool's nodes may still run the copy: not yet
         s.scalars(select(Pool)).one().state = "deleted"  # as the loop has the cloud do
         s.commit()
-        silent.requeue_lost(s, out)
+        silent.requeue_gone(s, out)
+    assert out.requeued == ["cms-ml/far"]
+
+
+def test_a_copy_whose_pool_was_deleted_is_requeued_when_its_cluster_answers_again(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """Its cluster went silent past its grace and the cloud deleted its pool; then the cluster
+    answered again before the original resumed. Its copy had no node left to run on, yet was
+    followed as if alive, and the original stayed suspended for ever."""
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        planned(kube, s, "far", clock)
+    answering = steps(kube, {TARGET: remote}, clock)
+    out = Outcomes()
+    with sessions() as s:
+        answering.dispatch_ready(s, Outcomes())
+        s.scalars(select(Pool)).one().state = "deleted"
+        s.commit()
+        answering.follow(s, out)
+        assert s.scalars(select(Workload)).one().state_reason == (
+            "its pool aws-euc1-p3-8xlarge-od-1 was deleted"
+        )
     assert out.requeued == ["cms-ml/far"]
