@@ -4,7 +4,7 @@ Six watches (watch.py) of Jobs, PyTorchJobs, Pods, Nodes, Namespaces and Resourc
 indexed by owner and each workload's summary is recomputed only when it or one of its pods changed.
 `Observer.workloads()` and `Observer.onprem()` build the decision's input; malformed burst
 annotations become a Warning Event on the job, never a crash. Workloads seen to succeed teach
-runtime estimates (decide/runtimes.py) for those that declare none; the history is what the cluster
+runtime estimates (burst/runtimes.py) for those that declare none; the history is what the cluster
 still holds (finished Jobs stay until their TTL), learned again after a restart.
 """
 
@@ -19,13 +19,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burst.clock import Clock
-from burst.decide.runtimes import Learned
 from burst.kube.annotations import parse_time, read_annotations
 from burst.kube.events import EventRecorder
 from burst.kube.quantity import quantity
 from burst.kube.shapes import GPU, PodShape, catalog_gpu, workload_shape
 from burst.kube.watch import Obj, ResourceCache, meta_of, onprem_caches
 from burst.model import GPU_PRODUCT_LABEL, KUEUE_QUEUE_LABEL, OnPrem, RunningWorkload, Workload
+from burst.runtimes import Learned
 
 DEFAULT_RUNNING = timedelta(hours=4)
 LONGEST_RUN = timedelta(days=3650)  # a run beyond ten years is a broken clock, not a runtime
@@ -36,6 +36,42 @@ class _Summary:
     workload: Workload | None  # pending and burstable-or-not, None if not pending
     running: list[RunningWorkload]
     namespace: str = ""
+
+
+class RunHistory:
+    """What the workloads seen to succeed taught (burst/runtimes.py), each once while the cluster
+    holds it (a re-list teaches nothing twice), and the namespaces it taught something new."""
+
+    def __init__(self) -> None:
+        self.learned = Learned()
+        self.taught: set[str] = set()
+        self._seen: set[str] = set()
+
+    def learn(self, obj: Obj, pods: list[Obj], namespace: str, gpus: int) -> None:
+        uid = meta_of(obj)["uid"]
+        if uid in self._seen:
+            return
+        seconds = succeeded_in(obj, pods)
+        if seconds is None:
+            return
+        self._seen.add(uid)
+        self.learned.observe(namespace, meta_of(obj).get("name", ""), gpus, seconds)
+        self.taught.add(namespace)
+
+    def forget(self, uid: str) -> None:
+        self._seen.discard(uid)
+
+    def retell(self, summaries: Mapping[str, _Summary]) -> set[str]:
+        """The pending and running workloads of the namespaces taught something new since the
+        last call: their estimates changed."""
+        taught, self.taught = self.taught, set()
+        if not taught:
+            return set()
+        return {
+            uid
+            for uid, s in summaries.items()
+            if s.namespace in taught and (s.workload or s.running)
+        }
 
 
 class Observer:
@@ -62,11 +98,7 @@ class Observer:
         self._summaries: dict[str, _Summary] = {}
         self._name_index: dict[str, tuple[tuple[Any, ...], dict[str, Obj]]] = {}
         self._refused_for_quota: set[str] = set()  # workloads whose pods a quota refused
-        self.learned = Learned()
-        # Succeeded workloads learned from, while the cluster holds them (a re-list teaches
-        # nothing twice); namespaces with new history, whose workloads are summarised again.
-        self._learned_from: set[str] = set()
-        self._taught: set[str] = set()
+        self.history = RunHistory()
         self.caches = onprem_caches(
             api_client,
             {
@@ -117,7 +149,7 @@ class Observer:
             self._dirty.add(uid)
             if type_ == "DELETED":
                 self._summaries.pop(uid, None)
-                self._learned_from.discard(uid)
+                self.history.forget(uid)
 
     def _on_pod(self, type_: str, pod: Obj) -> None:
         self.changed.set()
@@ -187,11 +219,13 @@ class Observer:
             for problem in problems:  # recorded once each: the recorder remembers
                 self.events.record(obj, "Warning", "InvalidBurstAnnotation", problem)
         if finished(obj):
-            self._learn(obj, pods, namespace, shape.gpus * pods_wanted)
+            self.history.learn(obj, pods, namespace, shape.gpus * pods_wanted)
             return _Summary(None, [], namespace)
         runtime, source = said.expected_runtime, "declared"
         if runtime is None:
-            learned = self.learned.estimate(namespace, meta["name"], shape.gpus * pods_wanted)
+            learned = self.history.learned.estimate(
+                namespace, meta["name"], shape.gpus * pods_wanted
+            )
             runtime, source = learned if learned is not None else (None, "")
         running = self._running(pods, shape, runtime)
         suspended = is_suspended(obj)
@@ -243,18 +277,6 @@ class Observer:
             namespace,
         )
 
-    def _learn(self, obj: Obj, pods: list[Obj], namespace: str, gpus: int) -> None:
-        """A workload that succeeded: how long it ran teaches the estimates of its kind, once."""
-        uid = meta_of(obj)["uid"]
-        if uid in self._learned_from:
-            return
-        seconds = succeeded_in(obj, pods)
-        if seconds is None:
-            return
-        self._learned_from.add(uid)
-        self.learned.observe(namespace, meta_of(obj).get("name", ""), gpus, seconds)
-        self._taught.add(namespace)
-
     def _running(
         self, pods: Iterable[Obj], shape: PodShape, runtime: timedelta | None
     ) -> list[RunningWorkload]:
@@ -291,13 +313,8 @@ class Observer:
                         self._summaries.pop(uid, None)
                     else:
                         self._summaries[uid] = self._summarise(obj)
-                if self._taught:  # estimates changed there: pending and running ones again
-                    self._dirty |= {
-                        uid
-                        for uid, s in self._summaries.items()
-                        if s.namespace in self._taught and (s.workload or s.running)
-                    }
-                    self._taught.clear()
+                # Estimates changed in these namespaces: their workloads are summarised again.
+                self._dirty |= self.history.retell(self._summaries)
 
     def object(self, uid: str) -> Obj | None:
         """The cached Job or PyTorchJob with this uid (as last listed or watched), if any."""

@@ -311,21 +311,13 @@ class RemoteSteps(ClusterSteps):
         s.commit()
 
     def _requeue_gone(self, s: Session, f: Followed, out: Outcomes) -> None:
-        """A copy whose pool is gone: its original resumes here. A copy on a cluster silent
-        past its grace waits for this: until the cloud has deleted its pool's nodes it may still
-        run there, beyond burst's reach through the cluster (a throttled or failing cloud API
-        delays the resume, never lets both run)."""
-        why = (
-            f"{f.target} stopped answering"
-            if self.health.lost(f.target)
-            else f"its pool {f.pool} was deleted"
-        )
+        """A copy whose pool is gone: its original resumes here. On a cluster silent past its
+        grace, only then: until the cloud has deleted its nodes the copy may still run there,
+        beyond burst's reach (a throttled cloud API delays the resume, never lets both run)."""
+        lost = self.health.lost(f.target)
+        why = f"{f.target} stopped answering" if lost else f"its pool {f.pool} was deleted"
         self._isolated(
-            s,
-            f,
-            "requeue",
-            lambda: self._requeue(s, *_load(s, f), why, out),
-            asks=False,
+            s, f, "requeue", lambda: self._requeue(s, *_load(s, f), why, out), asks=False
         )
 
     def _copies(self, wanted: set[tuple[str, str]]) -> dict[str, dict[CopyKey, Any]]:

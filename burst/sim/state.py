@@ -17,9 +17,9 @@ from typing import Literal
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.config import Config
-from burst.decide.runtimes import Learned
 from burst.model import BudgetView, Cloud, OfferKey, PoolView, RunningWorkload, Workload
 from burst.money import ledger
+from burst.runtimes import Learned
 from burst.sim.trace import SimJob
 from providers.sim import LATENCY, Latency
 
@@ -243,7 +243,7 @@ class WorldState:
         self.onprem_gpu_s = 0.0
         # What the decision is told of each job's runtime (views.py): exactly its duration, a
         # user's guess (the duration times a log-normal error), nothing but what finished jobs
-        # taught (decide/runtimes.py), or nothing (the policy's default). Its own random stream,
+        # taught (burst/runtimes.py), or nothing (the policy's default). Its own random stream,
         # so that the clouds' draws stay those of the other modes.
         self.runtimes: RuntimeMode = runtimes
         self.learned = Learned()

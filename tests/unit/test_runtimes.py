@@ -1,10 +1,10 @@
-"""Runtimes learned from finished workloads (decide/runtimes.py), and the simulator's runtime modes."""
+"""Runtimes learned from finished workloads (burst/runtimes.py), and the simulator's runtime modes."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from burst.decide.runtimes import Learned, stem
+from burst.runtimes import Learned, stem
 
 
 def test_runs_of_one_job_share_a_stem() -> None:
