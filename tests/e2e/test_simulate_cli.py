@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import ROOT, burst_cli
 
 CONFIG = str(ROOT / "docs" / "examples" / "simulate")
+POLICIES = ["burst", "never", "no-wait", "constant-wait", "compute-wait", "starburst"]
 
 
 def simulate(*args: str) -> subprocess.CompletedProcess[str]:

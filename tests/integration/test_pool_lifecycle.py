@@ -78,6 +78,28 @@ def cloud(clock: FakeClock) -> tuple[Sandbox, KubeObjects, SimProvider]:
     return cluster, remote, provider
 
 
+def gated_cloud(
+    clock: FakeClock,
+) -> tuple[Sandbox, Gate, KubeObjects, SimCloud, SimProvider]:
+    """As cloud(), with the way from burst to the cloud's cluster through a Gate a test can shut
+    (the cloud's own way to it, by which its nodes register and go, stays open)."""
+    cluster = Sandbox(clock=clock, tick=0.01).start()
+    gate = Gate(int(cluster.url.rsplit(":", 1)[1]))
+    remote = KubeObjects(
+        client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{gate.port}"))
+    )
+    world = SimCloud(clock, settings=SimSettings())
+    provider = SimProvider(
+        world,
+        target="sim-aws",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: list(SHIPPED),
+        kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
+    )
+    return cluster, gate, remote, world, provider
+
+
 def reconciler(
     cfg: config.Config,
     clock: FakeClock,
@@ -222,20 +244,7 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
     cloud's API could still delete: the soak saw a job run on-prem and in the cloud at once."""
     cfg = one_target_config(tmp_path)
     clock = FakeClock()
-    cluster = Sandbox(clock=clock, tick=0.01).start()
-    gate = Gate(int(cluster.url.rsplit(":", 1)[1]))  # the way to the cloud cluster, cut below
-    remote = KubeObjects(
-        client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{gate.port}"))
-    )
-    world = SimCloud(clock, settings=SimSettings())
-    provider = SimProvider(
-        world,
-        target="sim-aws",
-        cloud="aws",
-        region="eu-central-1",
-        offers=lambda: list(SHIPPED),
-        kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
-    )
+    cluster, gate, remote, _, provider = gated_cloud(clock)
     engine, sessions = sessions_in(tmp_path)
     cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
     observer = Observer(kube, clock).start()
@@ -271,20 +280,7 @@ def test_a_lost_clusters_job_resumes_on_prem_only_once_the_cloud_has_deleted_its
     copy running for seven seconds (`two_copies`). It now waits, suspended, for the pool to go."""
     cfg = one_target_config(tmp_path)
     clock = FakeClock()
-    cluster = Sandbox(clock=clock, tick=0.01).start()
-    gate = Gate(int(cluster.url.rsplit(":", 1)[1]))
-    remote = KubeObjects(
-        client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{gate.port}"))
-    )
-    world = SimCloud(clock, settings=SimSettings())
-    provider = SimProvider(
-        world,
-        target="sim-aws",
-        cloud="aws",
-        region="eu-central-1",
-        offers=lambda: list(SHIPPED),
-        kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
-    )
+    cluster, gate, remote, world, provider = gated_cloud(clock)
     engine, sessions = sessions_in(tmp_path)
     local = cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
     observer = Observer(kube, clock).start()
@@ -326,19 +322,7 @@ def test_a_cluster_found_lost_while_its_copies_are_listed_has_its_pools_deleted_
     real one does while a connection times out."""
     cfg = one_target_config(tmp_path)
     clock = FakeClock()
-    cluster = Sandbox(clock=clock, tick=0.01).start()
-    gate = Gate(int(cluster.url.rsplit(":", 1)[1]))
-    remote = KubeObjects(
-        client.ApiClient(client.Configuration(host=f"http://127.0.0.1:{gate.port}"))
-    )
-    provider = SimProvider(
-        SimCloud(clock, settings=SimSettings()),
-        target="sim-aws",
-        cloud="aws",
-        region="eu-central-1",
-        offers=lambda: list(SHIPPED),
-        kube=KubeObjects(client.ApiClient(client.Configuration(host=cluster.url))).api,
-    )
+    cluster, gate, remote, _, provider = gated_cloud(clock)
     engine, sessions = sessions_in(tmp_path)
     cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
     observer = Observer(kube, clock).start()
