@@ -21,6 +21,9 @@ from datetime import timedelta
 QUANTILE = 0.8  # four runs in five take no longer than the estimate
 KEEP = 50  # the last runs of a key: habits change
 AT_LEAST = 3  # runs of a key before it answers
+# Keys remembered, the least recently run forgotten first: names that generate no suffix burst can
+# strip (each run named anew by hand) make a key each, which would grow for as long as it runs.
+KEYS = 20_000
 
 # A name's trailing generated parts: numbers, hashes, dates ("train-resnet-20261130-7f3a9c").
 # Generated parts carry a digit: a word ("model", "decade") is part of the name.
@@ -43,7 +46,11 @@ class Learned:
 
     def observe(self, namespace: str, name: str, gpus: int, seconds: int) -> None:
         for key in self._keys(namespace, name, gpus):
-            self._runs.setdefault(key, deque(maxlen=KEEP)).append(seconds)
+            runs = self._runs.pop(key, None) or deque(maxlen=KEEP)
+            runs.append(seconds)
+            self._runs[key] = runs  # the most recently run last
+        while len(self._runs) > KEYS:
+            del self._runs[next(iter(self._runs))]
 
     def estimate(self, namespace: str, name: str, gpus: int) -> tuple[timedelta, str] | None:
         """The estimate and where it came from, or None without enough history."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
+from burst import runtimes
 from burst.runtimes import Learned, stem
 
 
@@ -34,3 +37,23 @@ def test_an_estimate_is_a_high_quantile_of_the_most_specific_history() -> None:
         "learned: p80 of the last 5 runs of cms-ml/train",
     )
     assert learned.estimate("atlas-ml", "train-9", 4) is None
+
+
+def test_names_burst_cannot_stem_are_forgotten_least_recently_run_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each run named anew by hand makes keys of its own: the memory run's leader grew by a few
+    hundred bytes a job until they were capped."""
+    monkeypatch.setattr(runtimes, "KEYS", 30)
+    learned = Learned()
+    for _ in range(3):
+        learned.observe("cms-ml", "train", 4, 600)  # a job that runs again and again
+    for i in range(100):
+        learned.observe("cms-ml", f"exp{i}", 1, 60)
+        learned.observe("cms-ml", "train", 4, 600)
+    assert len(learned._runs) <= 30
+    assert learned.estimate("cms-ml", "train", 4) == (
+        timedelta(seconds=600),
+        "learned: p80 of the last 50 runs of cms-ml/train/4",
+    )
+    assert ("cms-ml", "exp0") not in learned._runs and ("cms-ml", "exp99") in learned._runs
