@@ -98,6 +98,9 @@ spec:
 """
 
 
+QUIET_S = 10.0  # seconds of nothing to do before a run counts as drained
+
+
 @dataclass
 class Settings:
     seconds: float = 180  # of trace fed; the drain comes after
@@ -350,15 +353,21 @@ class Soak:
                     self.report.memory_mib.append((at, name, pid, round(rss, 1)))
 
     def _drain(self, jobs: list[feed.Job]) -> float | None:
-        """Seconds until nothing is planned or dispatched and no pool of ours is up, or None."""
-        start = time.monotonic()
+        """Seconds until nothing is planned or dispatched and no pool of ours is up, for QUIET_S
+        in a row (a pending job may still be sent: one quiet look declared the memory run
+        drained, and the pools it launched then were left up), or None."""
+        start, quiet = time.monotonic(), None
         while time.monotonic() - start < self.settings.drain:
             with self.engine.connect() as db:
                 active = db.execute(
                     text("SELECT COUNT(*) FROM workloads WHERE state IN ('planned', 'dispatched')")
                 ).scalar_one()
-            if not active and not faults.ours(self):
-                return round(time.monotonic() - start, 1)
+            if active or faults.ours(self):
+                quiet = None
+            elif quiet is None:
+                quiet = time.monotonic()
+            elif time.monotonic() - quiet >= QUIET_S:
+                return round(quiet - start, 1)
             time.sleep(1.0)
         return None
 
