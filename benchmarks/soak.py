@@ -5,7 +5,7 @@ kind, invariant counts, the leader's memory over time, the workloads' outcomes.
 
     python benchmarks/soak.py [--days 14] [--start-day 10] [--jobs 2000] [--compress 720]
         [--fault-every 8] [--seed 1] [--url postgresql://postgres@127.0.0.1:5432/postgres]
-        [--workdir DIR] [--no-kills] [--heap]
+        [--workdir DIR] [--no-kills] [--heap] [--ttl SECONDS]
 
 At 720x a trace hour passes in 5 s: two weeks of trace in 28 minutes, then the drain. Run it
 from a checkout nobody edits meanwhile (a `git worktree`): a replica restarted after a change
@@ -64,6 +64,12 @@ def main() -> None:
         action="store_true",
         help="replicas under tracemalloc, writing their growing allocation sites to the workdir",
     )
+    parser.add_argument(
+        "--ttl",
+        type=int,
+        default=None,
+        help="delete finished Jobs this many seconds after they end (as production clusters do)",
+    )
     args = parser.parse_args()
     settings = Settings(
         seconds=args.days * 86400 / args.compress,
@@ -75,6 +81,7 @@ def main() -> None:
         drain=300.0,
         kills=not args.no_kills,
         heap=args.heap,
+        ttl_s=args.ttl,
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="burst-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)

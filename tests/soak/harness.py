@@ -113,9 +113,11 @@ class Settings:
     speed: float = 120.0  # launches: minutes of the latency model become half-seconds
     longest: int = 2 * 86400  # trace seconds a run is capped at (feed.jobs)
     kills: bool = True  # False: no replica killed or paused (to watch one process's memory)
-    heap: bool = (
-        False  # replicas under tracemalloc, writing their growing sites (tests/soak/heap.py)
-    )
+    # Replicas under tracemalloc, writing their growing allocation sites (tests/soak/heap.py).
+    heap: bool = False
+    # Finished Jobs deleted this many seconds after they end (ttlSecondsAfterFinished), as a
+    # production cluster does; None: kept, as the invariants' final look reads them.
+    ttl_s: int | None = None
 
 
 @dataclass
@@ -330,6 +332,8 @@ class Soak:
         return self.report
 
     def _create(self, local: KubeObjects, job: feed.Job) -> None:
+        if self.settings.ttl_s is not None and job.kind == "Job":
+            job.body["spec"]["ttlSecondsAfterFinished"] = self.settings.ttl_s
         for _ in range(30):  # the API server may be paused: keep trying, as a user would
             try:
                 feed.create(local, job)
