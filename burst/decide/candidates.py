@@ -15,6 +15,7 @@ from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, TargetSpec
 from burst.decide.caps import Rates
+from burst.decide.snapshot import LONGEST
 from burst.model import CapacityType, Offer, Workload
 
 
@@ -44,8 +45,7 @@ def pods_per_node(offer: Offer, w: Workload) -> int:
     return fit
 
 
-NEVER = timedelta(days=3650)  # as snapshot.LONGEST: no runtime is longer
-NEVER_H = NEVER.total_seconds() / 3600
+NEVER_H = LONGEST.total_seconds() / 3600  # no runtime is longer
 
 
 def interruptible(target: TargetSpec, capacity: CapacityType) -> bool:

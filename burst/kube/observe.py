@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burst.clock import Clock
-from burst.kube.annotations import parse_time, read_annotations
+from burst.kube.annotations import LONGEST, parse_time, read_annotations
 from burst.kube.events import EventRecorder
 from burst.kube.quantity import quantity
 from burst.kube.shapes import GPU, PodShape, catalog_gpu, workload_shape
@@ -28,7 +28,6 @@ from burst.model import GPU_PRODUCT_LABEL, KUEUE_QUEUE_LABEL, OnPrem, RunningWor
 from burst.runtimes import Learned
 
 DEFAULT_RUNNING = timedelta(hours=4)
-LONGEST_RUN = timedelta(days=3650)  # a run beyond ten years is a broken clock, not a runtime
 
 
 @dataclass
@@ -267,7 +266,7 @@ class Observer:
                 labels=dict(labels),
                 deadline=deadline,
                 expected_runtime=runtime,
-                runtime_source=source if runtime is not None else "",
+                runtime_source=source,
                 max_cost=max_cost,
                 cpu_per_pod=shape.cpu,
                 memory_gib_per_pod=shape.memory_gib,
@@ -392,7 +391,9 @@ def succeeded_in(obj: Obj, pods: Iterable[Obj] = ()) -> int | None:
     known = [b for b in began if b is not None]
     if start is not None and known:
         start = max(start, min(known))
-    if start is None or end is None or not timedelta(0) < end - start <= LONGEST_RUN:
+    if (
+        start is None or end is None or not timedelta(0) < end - start <= LONGEST
+    ):  # past it: a broken clock
         return None
     return int((end - start).total_seconds())
 

@@ -209,9 +209,13 @@ def compute_wait(
     k set so that the mean of those allowed waits over `jobs` is `budget`. The budget is what
     the waits may add up to, not what they do: a job that starts on-prem sooner waits less, so
     the mean wait measured is below it."""
+    return Waiting("compute-wait", config, policy, catalog, _compute_rule(jobs, budget))
+
+
+def _compute_rule(jobs: Sequence[SimJob], budget: timedelta) -> _Wait:
+    """k x GPUs x runtime, with k such that the allowed waits over `jobs` average `budget`."""
     work = sum(j.gpus * j.duration for j in jobs) / len(jobs)
-    k = budget.total_seconds() / work
-    return Waiting("compute-wait", config, policy, catalog, _Wait(per_gpu_second=k))
+    return _Wait(per_gpu_second=budget.total_seconds() / work)
 
 
 def starburst(
@@ -225,7 +229,7 @@ def starburst(
     """compute-wait with on-prem out of order and a queue cap, as Starburst's simulator runs it
     in its end-to-end Philly experiments (michaelzhiluo/starburst, README: `--loop 1`, out-of-order
     scheduling; `--max_queue_length 30`)."""
-    rule = compute_wait(config, policy, catalog, jobs, budget).wait
+    rule = _compute_rule(jobs, budget)
     return Waiting(
         "starburst", config, policy, catalog, rule, out_of_order=True, queue_cap=queue_cap
     )

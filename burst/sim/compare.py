@@ -180,8 +180,9 @@ def compare(
     optimum: int = 0,
 ) -> Comparison:
     """Every policy on the same jobs, seed and clouds; the bound; the sweep when asked; with
-    `optimum` (jobs per window), the windowed optimum (windows.py). The replays are independent: with an `executor` (local processes, or a Dask cluster's) they run
-    there at once, each reported done as it ends; without, one after the other here."""
+    `optimum` (jobs per window), the windowed optimum (windows.py). The replays are independent:
+    with an `executor` (local processes, or a Dask cluster's) they run there at once, each
+    reported done as it ends; without, one after the other here."""
     result = Comparison(
         trace_name,
         len(jobs),
