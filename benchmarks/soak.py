@@ -5,7 +5,7 @@ kind, invariant counts, the leader's memory over time, the workloads' outcomes.
 
     python benchmarks/soak.py [--days 14] [--start-day 10] [--jobs 2000] [--compress 720]
         [--fault-every 8] [--seed 1] [--url postgresql://postgres@127.0.0.1:5432/postgres]
-        [--workdir DIR] [--no-kills] [--heap] [--ttl SECONDS]
+        [--workdir DIR] [--no-kills] [--heap] [--ttl SECONDS] [--budget USD]
 
 At 720x a trace hour passes in 5 s: two weeks of trace in 28 minutes, then the drain. Run it
 from a checkout nobody edits meanwhile (a `git worktree`): a replica restarted after a change
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.soak.harness import Settings, Soak, lives
+from tests.soak.harness import BUDGET_MICROS, Settings, Soak, lives
 
 
 def code_state() -> str:
@@ -70,6 +70,12 @@ def main() -> None:
         default=None,
         help="delete finished Jobs this many seconds after they end (as production clusters do)",
     )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=BUDGET_MICROS / 1e6,
+        help="theory's hard daily budget in USD (spent, it holds theory's jobs to the end)",
+    )
     args = parser.parse_args()
     settings = Settings(
         seconds=args.days * 86400 / args.compress,
@@ -82,6 +88,7 @@ def main() -> None:
         kills=not args.no_kills,
         heap=args.heap,
         ttl_s=args.ttl,
+        budget_micros=round(args.budget * 1e6),
     )
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="burst-soak-"))
     workdir.mkdir(parents=True, exist_ok=True)

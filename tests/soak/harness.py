@@ -98,6 +98,7 @@ spec:
 """
 
 
+BACKLOG_S = 30.0
 QUIET_S = 10.0  # seconds of nothing to do before a run counts as drained
 
 
@@ -118,6 +119,9 @@ class Settings:
     # Finished Jobs deleted this many seconds after they end (ttlSecondsAfterFinished), as a
     # production cluster does; None: kept, as the invariants' final look reads them.
     ttl_s: int | None = None
+    # theory's hard daily budget; the daily period outlasts any run, so once spent it holds
+    # theory's burstable jobs to the end (a memory run raises it to keep the backlog steady).
+    budget_micros: int = BUDGET_MICROS
 
 
 @dataclass
@@ -133,6 +137,8 @@ class Report:
     # (s, replica, pid, RSS in MiB) of both replicas, every look
     memory_mib: list[tuple[float, str, int, float]] = field(default_factory=list)
     workloads: dict[str, int] = field(default_factory=dict)
+    # (s, workloads by state) every BACKLOG_S: what the service holds as memory grows
+    backlog: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     pools: int = 0
     drained_s: float | None = None
     latency: dict[str, Any] = field(default_factory=dict)  # see decision_latency()
@@ -189,7 +195,7 @@ class Soak:
                         lease=LEASE_S,
                         remote_grace=int(REMOTE_GRACE.total_seconds()),
                         orphan_grace=int(ORPHAN_GRACE.total_seconds()),
-                        budget=f"{BUDGET_MICROS / 1e6:.2f}",
+                        budget=f"{self.settings.budget_micros / 1e6:.2f}",
                     )
                 )
                 self.config = config
@@ -207,7 +213,7 @@ class Soak:
                     orphan_grace=ORPHAN_GRACE + ORPHAN_GC,
                     pass_interval=PASS,
                     scan_interval=ORPHAN_GC,
-                    budgets={"theory": BUDGET_MICROS},
+                    budgets={"theory": self.settings.budget_micros},
                     max_pools=6,  # as the policy says
                     max_nodes=4,
                 )
@@ -345,7 +351,16 @@ class Soak:
         self.report.malformed += job.malformed
 
     def _watch(self) -> None:
+        counted = 0.0
         while not self.stop.wait(2.0):
+            if time.monotonic() - counted >= BACKLOG_S:
+                with contextlib.suppress(Exception), self.engine.connect() as db:
+                    states = db.execute(
+                        text("SELECT state, COUNT(*) FROM workloads GROUP BY state")
+                    ).all()
+                    at = round(time.monotonic() - self.t0, 1)
+                    self.report.backlog.append((at, {str(k): int(n) for k, n in states}))
+                    counted = time.monotonic()
             try:
                 self.checker.tick()
             except Exception:
