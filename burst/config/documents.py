@@ -12,23 +12,27 @@ from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
-    PlainValidator,
     field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
-from burst.amounts import check_currency, to_micros
-from burst.durations import parse_duration
+from burst.config.fields import (
+    Amount,
+    CapacityPolicy,
+    Currency,
+    Duration,
+    Name,
+    Percent,
+    Provider,
+)
 from burst.model import Cloud
 
 API_VERSION = "burst.dev/v1"
 KINDS = ("ServiceConfig", "BurstPolicy", "Budget")
-API_VERSION = "burst.dev/v1"
 DEFAULT_DATABASE_URL = "sqlite:///burst.db"
 # Requests for GPU slices (`nvidia.com/mig-1g.5gb`, `nvidia.com/gpu.shared`) as the watch names them.
 SLICED = re.compile(r"mig-\d+g\.\d+gb|gpu\.shared")
@@ -39,45 +43,6 @@ DEFAULT_PROVISIONING: Mapping[Cloud, timedelta] = {
     "gcp": timedelta(minutes=8),
     "azure": timedelta(minutes=12),
 }
-
-# --- field types --------------------------------------------------------------------------------
-
-
-def _duration(value: object) -> timedelta:
-    if isinstance(value, timedelta):
-        return value
-    if not isinstance(value, str):
-        raise ValueError("a duration is text such as 90s, 10m, 1h30m, 2d")
-    return parse_duration(value)
-
-
-def _amount(value: object) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, str | int | Decimal):
-        raise ValueError("an amount is a decimal number such as 12.40")
-    micros = to_micros(value)
-    if micros < 0:
-        raise ValueError("an amount cannot be negative")
-    return Decimal(micros) / 1_000_000
-
-
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-def _name(value: str) -> str:
-    if len(value) > 63 or not _NAME.fullmatch(value):
-        raise ValueError(
-            f"{value!r} is not a valid name: lower-case letters, digits and '-', at most 63 characters"
-        )
-    return value
-
-
-Duration = Annotated[timedelta, PlainValidator(_duration)]
-Amount = Annotated[Decimal, PlainValidator(_amount)]
-Currency = Annotated[str, AfterValidator(check_currency)]
-Name = Annotated[str, AfterValidator(_name)]
-Percent = Annotated[Decimal, Field(ge=0, le=100)]
-Provider = Literal["aws", "gcp", "azure", "sim"]
-CapacityPolicy = Literal["on-demand", "spot", "spot-if-slack"]
 
 
 class Strict(BaseModel):
