@@ -59,6 +59,7 @@ def make_config(
     *policies: tuple[str, dict[str, Any]],
     rates: dict[str, str] | None = None,
     targets: list[dict[str, Any]] | None = None,
+    queueing: str = "StrictFIFO",
 ) -> Config:
     service = ServiceConfig.model_validate(
         {
@@ -69,6 +70,7 @@ def make_config(
                 "installationId": "test",
                 "targets": targets or TARGETS,
                 "usdExchangeRates": rates or {},
+                "onPrem": {"queueing": queueing},
             },
         }
     )

@@ -84,6 +84,14 @@ def simulate_cmd(
             "trigger.waitPrice, instead of the configuration's).",
         ),
     ] = None,
+    queueing: Annotated[
+        Literal["StrictFIFO", "BestEffortFIFO"] | None,
+        typer.Option(
+            help="How the on-prem cluster starts waiting jobs, for every policy (instead of the "
+            "ServiceConfig's onPrem.queueing): StrictFIFO, nothing past the head; "
+            "BestEffortFIFO, a job that fits starts past an older one that does not.",
+        ),
+    ] = None,
     optimum: Annotated[
         int,
         typer.Option(
@@ -124,6 +132,8 @@ def simulate_cmd(
                 raise ValueError(f"--wait-price: {wait_price!r} is not a price of 0 or more")
             cfg = compare.with_trigger(cfg, policy.metadata.name, wait_price=price)
             policy = cfg.policies[policy.metadata.name]
+        if queueing is not None:
+            cfg = compare.with_queueing(cfg, queueing)
         raw = trace.read(path)
         slack = trace.slack_rule(deadline_slack)
         if onprem is not None and onprem_gpus is not None:

@@ -99,6 +99,19 @@ class KubernetesAccess(Strict):
         return self
 
 
+class OnPremSpec(KubernetesAccess):
+    """The on-prem cluster: how burst reaches it, and how it starts waiting workloads, which
+    the on-prem estimate and the simulator follow. `StrictFIFO`, as Kueue's StrictFIFO
+    ClusterQueues: in priority, then creation order, and nothing starts past an older workload
+    that does not fit. `BestEffortFIFO`, as Kueue's default and the plain kube-scheduler: the
+    same order, but a workload that fits starts past an older one that does not (Kueue
+    docs/concepts/cluster_queue.md, "Queueing strategy"; the scheduler sets a pod that does not
+    fit aside in its unschedulable queue and takes the next, pkg/scheduler/internal/queue/
+    scheduling_queue.go). Set what the cluster does; StrictFIFO is the default."""
+
+    queueing: Literal["StrictFIFO", "BestEffortFIFO"] = "StrictFIFO"
+
+
 class AwsCluster(Strict):
     """An EKS cluster; credentials from the AWS chain, optionally a named profile or a role."""
 
@@ -271,7 +284,7 @@ class DatedRate(Strict):
 class ServiceSpec(Strict):
     installation_id: Name
     database: DatabaseSpec = DatabaseSpec()
-    on_prem: KubernetesAccess = KubernetesAccess()
+    on_prem: OnPremSpec = OnPremSpec()
     label_prefix: str = "burst.dev/"
     team_label: str = "burst.dev/team"
     targets: list[TargetSpec] = []

@@ -36,7 +36,7 @@ from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config, selector_matches
 from burst.decide.candidates import Candidates, allowed_accelerators, expected_run
 from burst.decide.caps import Budgets, Caps, PlanError, Rates
-from burst.decide.onprem import QueueSweep, queue_order
+from burst.decide.onprem import queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import OpenPool, pool_actions
 from burst.decide.triggers import Want, time_saved, trigger, urgency
@@ -68,6 +68,7 @@ class _Planner:
             raise PlanError("planning needs the ServiceConfig (targets, exchange rates)")
         self.snapshot, self.catalog, self.now, self.explain = snapshot, catalog, now, explain
         self.targets = {t.name: t for t in config.service.spec.targets}
+        self.queueing = config.service.spec.on_prem.queueing
         rates = Rates(config.service.spec.usd_rates(now))
         self.policies = [config.policies[name] for name in sorted(config.policies)]
         self.placement = Placement(
@@ -184,7 +185,8 @@ class _Planner:
         stays: set[str] = set()  # refused: they wait on-prem
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
-            sweep = QueueSweep(self.snapshot.onprem, self.now)
+            queue = [w for w in pending if w.uid not in placed]
+            sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
             wants: list[Want] = []
             for w in pending:
                 est = sweep.estimate(w, runtimes[w.uid])
@@ -235,8 +237,10 @@ class _Planner:
                         f"{want.trigger}, but {refusal}",
                         onprem_finish=want.onprem.finish,
                     )
-            if not refused:
-                break  # the next round would see the same queue: those placed leave it either way
+            if not refused and self.queueing == "StrictFIFO":
+                # The next round would see the same queue: those placed left it in this one.
+                # Under BestEffortFIFO they leave it in the next, which may start others later.
+                break
         return Plan(
             tuple(
                 pool_actions(self.placement.pools, self.catalog)

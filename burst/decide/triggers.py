@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from burst.amounts import Money
 from burst.config import BurstPolicy, TargetSpec
-from burst.decide.onprem import Estimate, QueueSweep
+from burst.decide.onprem import Estimate, Sweep
 from burst.decide.wording import at
 from burst.durations import format_duration
 from burst.model import Workload
@@ -35,7 +35,7 @@ def trigger(
     w: Workload,
     policy: BurstPolicy,
     est: Estimate,
-    sweep: QueueSweep,
+    sweep: Sweep,
     now: datetime,
     explain: bool,
 ) -> tuple[str | None, str]:

@@ -68,6 +68,17 @@ def with_trigger(config: Config, policy: str, **changes: Any) -> Config:
     return replace_dataclass(config, policies={**config.policies, policy: changed})
 
 
+def with_queueing(config: Config, queueing: str) -> Config:
+    """The configuration with the on-prem cluster's queueing changed."""
+    assert config.service is not None
+    spec = config.service.spec
+    on_prem = spec.on_prem.model_copy(update={"queueing": queueing})
+    service = config.service.model_copy(
+        update={"spec": spec.model_copy(update={"on_prem": on_prem})}
+    )
+    return replace_dataclass(config, service=service)
+
+
 def cheapest_gpu_second(
     config: Config, policy: BurstPolicy, catalog: Catalog, gpus_per_pod: int
 ) -> float | None:

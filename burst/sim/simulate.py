@@ -64,7 +64,9 @@ class World(Views):
         # the sequence number i + 1, as if all had been queued first: ties break as they would.
         arrived, total = 0, len(self.jobs)
         self._seq = total
-        self.out_of_order = getattr(policy, "out_of_order", False)
+        # On-prem runs out of order for a policy that schedules it so (starburst), or for every
+        # policy when the cluster's queueing is best-effort.
+        self.out_of_order = getattr(policy, "out_of_order", False) or self.best_effort
         if total:
             heapq.heappush(self._events, (self.jobs[0].spec.submit, 1, "arrive", 0))
         while self._events:

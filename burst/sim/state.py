@@ -207,7 +207,9 @@ class WorldState:
         # reads the queue in order without sorting it: those that fit on-prem, then the rest.
         self.waiting_fits: list[int] = []
         self.waiting_big: list[int] = []
-        self.out_of_order = False  # on-prem first fit in queue order (a policy's choice, queue.py)
+        # On-prem first fit in queue order (queue.py): the cluster's queueing, or a policy's choice
+        self.best_effort = self.service.on_prem.queueing == "BestEffortFIFO"
+        self.out_of_order = self.best_effort
         self.running: dict[int, RunningWorkload] = {}  # on-prem, by job index
         self.pools: dict[str, Pool] = {}  # live ones, by name
         self.pool_list: list[Pool] = []  # every pool ever made, by id

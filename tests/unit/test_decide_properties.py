@@ -70,8 +70,10 @@ CONFIGS = [
         ("ml", POLICY_VARIANTS[i]),
         ("other", policy_spec(selector={"namespaces": ["other"]})),
         rates=RATES,
+        queueing=queueing,
     )
     for i in range(len(POLICY_VARIANTS))
+    for queueing in ("StrictFIFO", "BestEffortFIFO")
 ]
 
 minutes = st.integers(min_value=0, max_value=48 * 60).map(lambda m: timedelta(minutes=m))
@@ -253,7 +255,9 @@ def workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger(
     pending = [w for w in snap.workloads if w.phase == "pending"]
     runtimes = {w.uid: w.expected_runtime or decide.DEFAULT_RUNTIME for w in pending}
     # Ahead of a workload, exactly the dispatched ones leave the queue.
-    estimates = estimate_all(snap.onprem, pending, runtimes, NOW, frozenset(dispatched))
+    assert cfg.service is not None
+    queueing = cfg.service.spec.on_prem.queueing
+    estimates = estimate_all(snap.onprem, pending, runtimes, NOW, frozenset(dispatched), queueing)
     for w in pending:
         if w.uid not in dispatched:
             continue

@@ -1,8 +1,12 @@
-"""onprem.py: the strict-FIFO estimate of when a pending workload would start on-prem."""
+"""onprem.py: the estimate of when a pending workload would start on-prem, under StrictFIFO and
+BestEffortFIFO queueing."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from burst.decide.onprem import estimate_all
 from burst.model import OnPrem, RunningWorkload
@@ -47,3 +51,104 @@ def test_a_run_past_its_estimate_holds_its_gpus_for_as_long_again() -> None:
     on_time = RunningWorkload("r", "V100", 4, NOW + H, started=NOW - 3 * H)
     est = estimate_all(OnPrem({"V100": 4}, (on_time,)), [workload("next")], {"next": H}, NOW)
     assert est["next"].start == NOW + H
+
+
+# BestEffortFIFO: the same order, but at each release every waiting workload that fits starts
+# (Kueue's BestEffortFIFO and the plain kube-scheduler; config OnPremSpec cites both).
+
+BE = "BestEffortFIFO"
+
+
+def test_best_effort_lets_a_small_job_start_past_a_wide_one_that_does_not_fit() -> None:
+    onprem = OnPrem(
+        {"V100": 5},
+        (
+            RunningWorkload("r1", "V100", 1, NOW + H),
+            RunningWorkload("r2", "V100", 1, NOW + 2 * H),
+            RunningWorkload("r3", "V100", 2, NOW + 3 * H),
+        ),
+    )
+    wide = workload("wide", gpus_per_pod=3, created=NOW - 2 * H)
+    small = workload("small", gpus_per_pod=1)
+    est = estimate_all(onprem, [wide, small], {"wide": H, "small": 3 * H}, NOW, queueing=BE)
+    # The free GPU goes to the small one now, past the wide one, however long it runs...
+    assert est["small"].start == NOW
+    # ... and the wide one waits until 3 GPUs are free at once: r1's and r2's are not enough
+    # while the small one holds the third, so it waits for r3 at +3 h (StrictFIFO: +2 h).
+    assert (est["wide"].start, est["wide"].finish) == (NOW + 3 * H, NOW + 4 * H)
+    strict = estimate_all(onprem, [wide, small], {"wide": H, "small": 3 * H}, NOW)
+    assert strict["wide"].start == NOW + 2 * H
+
+
+def test_best_effort_starves_a_wide_job_while_small_ones_take_each_release() -> None:
+    # 4 V100s held by four 1-GPU runs ending an hour apart; a 4-GPU job waits first in line, and
+    # three 1-GPU jobs of 4 hours behind it take each GPU as it is let go.
+    running = tuple(RunningWorkload(f"r{i}", "V100", 1, NOW + (i + 1) * H) for i in range(4))
+    onprem = OnPrem({"V100": 4}, running)
+    wide = workload("wide", gpus_per_pod=4, created=NOW - H)
+    smalls = [workload(f"s{i}", created=NOW + i * timedelta(seconds=1)) for i in range(3)]
+    runtimes = {"wide": H, **{s.uid: 4 * H for s in smalls}}
+    est = estimate_all(onprem, [wide, *smalls], runtimes, NOW, queueing=BE)
+    assert [est[s.uid].start for s in smalls] == [NOW + H, NOW + 2 * H, NOW + 3 * H]
+    # The wide one starts only when the last small one ends, at +7 h (StrictFIFO: +4 h).
+    assert est["wide"].start == NOW + 7 * H
+    # Sent to a cloud, the small ones leave the queue: the wide one starts at +4 h.
+    gone = frozenset(s.uid for s in smalls)
+    assert estimate_all(onprem, [wide, *smalls], runtimes, NOW, gone, BE)["wide"].start == (
+        NOW + 4 * H
+    )
+
+
+def test_best_effort_gives_no_start_to_a_job_larger_than_its_product() -> None:
+    est = estimate_all(
+        OnPrem({"V100": 4}), [workload("big", gpus_per_pod=8)], {"big": H}, NOW, queueing=BE
+    )
+    assert est["big"].start is None and est["big"].finish is None
+
+
+hours = st.integers(0, 6).map(lambda h: h * H)
+
+
+@st.composite
+def queues(draw: st.DrawFn) -> tuple[OnPrem, list, dict[str, timedelta], frozenset[str]]:
+    capacity = draw(st.sampled_from([4, 8]))
+    running, held = [], 0
+    for i in range(draw(st.integers(0, 4))):
+        gpus = draw(st.integers(1, 4))
+        if held + gpus <= capacity:
+            held += gpus
+            running.append(RunningWorkload(f"r{i}", "V100", gpus, NOW + draw(hours)))
+    pending = [
+        workload(f"p{i}", gpus_per_pod=draw(st.integers(1, 9)), created=NOW - (20 - i) * H)
+        for i in range(draw(st.integers(1, 8)))
+    ]
+    runtimes = {w.uid: draw(st.integers(1, 6)) * H for w in pending}
+    leaving = frozenset(draw(st.lists(st.sampled_from([w.uid for w in pending]))))
+    return OnPrem({"V100": capacity}, tuple(running)), pending, runtimes, leaving
+
+
+@settings(max_examples=300, deadline=None)
+@given(queues(), st.sampled_from(["StrictFIFO", "BestEffortFIFO"]))
+def test_every_estimate_is_a_schedule_the_cluster_can_run(scenario, queueing) -> None:
+    """Whichever the queueing, the estimated starts of those that stay never hold more GPUs at
+    once than the product has; under StrictFIFO none starts before one ahead of it; under
+    BestEffortFIFO each starts now or as GPUs are let go, and the first in line no sooner than
+    under StrictFIFO (those behind it may take what it waits for)."""
+    onprem, pending, runtimes, leaving = scenario
+    est = estimate_all(onprem, pending, runtimes, NOW, leaving, queueing)
+    stays = [w for w in pending if w.uid not in leaving and est[w.uid].start is not None]
+    spans = [(r.expected_end if r.expected_end > NOW else NOW, NOW, r.gpus) for r in onprem.running]
+    spans += [(est[w.uid].finish, est[w.uid].start, w.gpus) for w in stays]
+    for _, at, _ in spans:
+        held = sum(g for end, start, g in spans if start <= at < end)
+        assert held <= onprem.capacity["V100"], (at, spans)
+    for w in pending:
+        assert (est[w.uid].start is None) == (w.gpus > onprem.capacity["V100"])
+    starts = [est[w.uid].start for w in stays]
+    if queueing == "StrictFIFO":
+        assert starts == sorted(starts)
+    elif stays:
+        strict = estimate_all(onprem, pending, runtimes, NOW, leaving)
+        assert est[stays[0].uid].start >= strict[stays[0].uid].start
+        releases = {NOW} | {end for end, _, _ in spans}
+        assert all(start in releases for start in starts)

@@ -12,7 +12,7 @@ from burst import config
 from burst.amounts import Money
 from burst.cloud import catalog
 from burst.model import CLOUDS, Action, CreatePool, Dispatch, ResizePool
-from burst.sim import baselines, simulate
+from burst.sim import baselines, compare, simulate
 from burst.sim.state import START, CloudModel
 from burst.sim.trace import SimJob
 from providers.sim import Latency
@@ -65,6 +65,21 @@ def test_starburst_runs_on_prem_out_of_order_and_caps_the_queue() -> None:
     capped = baselines.starburst(CFG, POLICY, OFFERS, jobs, long, queue_cap=1)
     world, out = replay(capped, jobs)
     assert world.jobs[3].ran_in_cloud and not world.jobs[1].ran_in_cloud and out.burst_jobs == 1
+
+
+def test_a_best_effort_cluster_runs_every_policy_out_of_order_and_burst_expects_it() -> None:
+    # As above: a holds 6 of 8 GPUs until 1000, b (4 GPUs) waits, c (2 GPUs) fits now but must
+    # finish by 400. A StrictFIFO cluster runs c after b: burst sends c to a cloud. A
+    # BestEffortFIFO cluster starts c at once: every policy's cluster does, and burst, whose
+    # estimate runs the queue the same way, keeps it.
+    jobs = [job("a", 0, 1000, 6, 10_000), job("b", 10, 50, 4, 10_000), job("c", 20, 50, 2, 400)]
+    world, out = replay(simulate.Burst(CFG), jobs)
+    assert world.jobs[2].ran_in_cloud and out.burst_jobs == 1
+    best_effort = compare.with_queueing(CFG, "BestEffortFIFO")
+    for policy in (baselines.Never(), simulate.Burst(best_effort)):
+        world = simulate.World(jobs, {"V100": 8}, best_effort, OFFERS, seed=1, clouds=STEADY)
+        out = world.run(policy)
+        assert [j.started for j in world.jobs] == [0, 1000, 20] and out.burst_jobs == 0
 
 
 def test_no_wait_bursts_at_the_next_tick_and_the_node_goes_when_empty() -> None:
