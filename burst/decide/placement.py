@@ -16,7 +16,7 @@ from datetime import datetime
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
-from burst.config import TargetSpec
+from burst.config import BurstPolicy, TargetSpec
 from burst.decide.candidates import (
     Candidate,
     Candidates,
@@ -28,7 +28,7 @@ from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
 from burst.decide.reuse import best_growth, best_reuse
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.wording import at, usd
-from burst.model import CapacityType, Dispatch, OfferKey
+from burst.model import CapacityType, Dispatch, OfferKey, Workload
 
 
 class Placement:
@@ -74,6 +74,22 @@ class Placement:
         if key not in self._max_cost:  # the policy's cap is converted once per plan
             self._max_cost[key] = self.caps.max_cost_usd(want.w, want.policy)
         return self._max_cost[key]
+
+    def full(self, w: Workload, policy: BurstPolicy) -> str | None:
+        """The refusal any placement of `w` gets while its policy has no room for it at all: at
+        its pool limit, each pool at its node limit (or backed off) with no node that holds one
+        of its pods. Asked before a workload is priced: at the limit, a long backlog was priced
+        workload by workload on every pass only to be refused so (most of the time of a Philly
+        replay with config/)."""
+        limits, name = policy.spec.limits, policy.metadata.name
+        if self.pools_of_policy[name] < limits.max_pools:
+            return None
+        for pool in self.policy_pools[name].opened:
+            if pool.free_max >= w.gpus_per_pod:
+                return None
+            if pool.nodes < limits.max_nodes_per_pool and not pool.unavailable:
+                return None
+        return f"policy {name}: max {limits.max_pools} pools reached"
 
     def _refusal(
         self, want: Want, cost_usd: int, max_cost_usd: int | None, offer: OfferKey, hourly: int

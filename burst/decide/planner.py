@@ -197,6 +197,10 @@ class _Planner:
                 if policy is None or w.uid in stays:
                     sweep.stay(w, est)
                     continue
+                full = self.placement.full(w, policy)
+                if full is not None and not self.explain:
+                    sweep.stay(w, est)  # it would be refused whatever sends it
+                    continue
                 why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
                 worth = None
                 if why is None and policy.spec.trigger.wait_price is not None:
@@ -205,11 +209,12 @@ class _Planner:
                     saved = time_saved(w, policy, est, runtimes[w.uid], fastest, self.now)
                     if saved is not None:
                         why, worth = saved
-                if why is None:
+                if why is None or full is not None:
                     sweep.stay(w, est)
                     if self.explain:
+                        reason = why_not if why is None else f"{why}, but {full}"
                         self.skips[w.uid] = Skip(
-                            w.uid, w.namespace, w.name, why_not, onprem_finish=est.finish
+                            w.uid, w.namespace, w.name, reason, onprem_finish=est.finish
                         )
                     continue
                 sweep.leave()

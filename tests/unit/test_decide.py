@@ -447,6 +447,30 @@ def test_max_pools_refuses_a_new_pool() -> None:
     assert "policy ml: max 1 pools reached" in skip_reason(plan, "w1")
 
 
+def test_at_the_pool_limit_a_full_sized_pool_with_room_still_takes_work_with_or_without_reasons() -> (
+    None
+):
+    # The policy is at its limits (1 pool of 1 node), but its node has GPUs free: the workload
+    # goes there. A replay, which asks for no reasons, skips a policy with no room at all before
+    # pricing anything: it must not take this one for full.
+    cfg = make_config(
+        (
+            "ml",
+            policy_spec(
+                placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1, "maxNodesPerPool": 1}
+            ),
+        )
+    )
+    roomy = _pool(free_gpus=(7,))
+    snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(roomy,))
+    for skips in (True, False):
+        plan = decide.plan(snap, CATALOG, cfg, NOW, skips=skips)
+        assert dispatches(plan)["w1"].pool == roomy.name
+    full = _pool(free_gpus=(0,))
+    snap = replace(snap, pools=(full,))
+    assert not dispatches(decide.plan(snap, CATALOG, cfg, NOW, skips=False))
+
+
 def test_idle_pool_past_ttl_and_old_pool_are_deleted() -> None:
     idle = _pool("idle", idle_since=NOW - timedelta(minutes=11))
     old = _pool("old", created=NOW - 25 * H, idle_since=NOW - timedelta(minutes=1))

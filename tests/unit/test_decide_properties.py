@@ -276,6 +276,12 @@ def workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger(
         assert fired, (w, est)
 
 
+def reasons_left_out_change_no_action(snap: Snapshot, cfg: Config, plan: Plan) -> None:
+    """A replay asks for no reasons (skips=False), and takes shortcuts where they are not
+    worded: it must decide the same."""
+    assert decide.plan(snap, CATALOG, cfg, NOW, skips=False).actions == plan.actions
+
+
 def the_same_input_gives_the_same_plan(snap: Snapshot, cfg: Config, plan: Plan) -> None:
     first = plan
     assert _plan(snap, cfg) == first
@@ -301,6 +307,7 @@ PROPERTIES = [
     only_pending_burstable_workloads_are_touched_and_each_exactly_once,
     workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger,
     the_same_input_gives_the_same_plan,
+    reasons_left_out_change_no_action,
 ]
 
 
