@@ -77,17 +77,20 @@ class Placement:
 
     def full(self, w: Workload, policy: BurstPolicy) -> str | None:
         """The refusal any placement of `w` gets while its policy has no room for it at all: at
-        its pool limit, each pool at its node limit (or backed off) with no node that holds one
-        of its pods. Asked before a workload is priced: at the limit, a long backlog was priced
-        workload by workload on every pass only to be refused so (most of the time of a Philly
-        replay with config/)."""
+        its pool limit, with no pool that holds it now or could grow to within its node limit
+        (deadlines and kinds of GPU aside). Asked before a workload is priced: at the limit, a
+        long backlog was priced workload by workload on every pass only to be refused so (most
+        of the time of a Philly replay with config/)."""
         limits, name = policy.spec.limits, policy.metadata.name
         if self.pools_of_policy[name] < limits.max_pools:
             return None
         for pool in self.policy_pools[name].opened:
-            if pool.free_max >= w.gpus_per_pod:
-                return None
-            if pool.nodes < limits.max_nodes_per_pool and not pool.unavailable:
+            extra = pool.extra_nodes_for(w)
+            if extra == 0 or (
+                extra is not None
+                and pool.nodes + extra <= limits.max_nodes_per_pool
+                and not pool.unavailable
+            ):
                 return None
         return f"policy {name}: max {limits.max_pools} pools reached"
 
