@@ -4,6 +4,7 @@ with `--optimum N` each policy's cost against the windowed optimum too.
 
     python benchmarks/seeds.py [--traces openb,philly] [--seeds 1-5] [--clouds realistic,ideal]
         [--runtimes exact,noisy,learned] [--optimum 200] [--workers 2] [--wait-price 1.6]
+        [--queueing BestEffortFIFO]
 
 A row: cost, missed deadlines and mean completion time of burst, compute-wait, constant-wait and
 no-wait, then whether burst was cheaper than each at no more misses and no later mean completion
@@ -30,13 +31,21 @@ def seeds(text: str) -> list[int]:
 
 
 def run(
-    trace: str, seed: int, clouds: str, runtimes: str, optimum: int, workers: int, wait_price: str
+    trace: str,
+    seed: int,
+    clouds: str,
+    runtimes: str,
+    optimum: int,
+    workers: int,
+    wait_price: str,
+    queueing: str,
 ) -> dict[str, Any]:
     argv = [sys.executable, "-m", "burst", "simulate", "--trace", trace, "-c"]
     argv += [str(ROOT / "docs" / "examples" / "simulate"), "--baselines", "--format", "json"]
     argv += ["--seed", str(seed), "--clouds", clouds, "--runtimes", runtimes]
     argv += ["--workers", str(workers)] + (["--optimum", str(optimum)] if optimum else [])
     argv += ["--wait-price", wait_price] if wait_price else []
+    argv += ["--queueing", queueing] if queueing else []
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -86,6 +95,7 @@ def main() -> None:
     parser.add_argument("--optimum", type=int, default=0, help="jobs per window (0: none)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--wait-price", default="", help="burst's trigger.waitPrice (per GPU-h)")
+    parser.add_argument("--queueing", default="", help="the on-prem cluster's (onPrem.queueing)")
     args = parser.parse_args()
     head = ["trace", "clouds", "runtimes", "seed"]
     for name in ("burst", *BASELINES):
@@ -101,7 +111,14 @@ def main() -> None:
                 for seed in seeds(args.seeds):
                     started = time.perf_counter()
                     result = run(
-                        trace, seed, clouds, runtimes, args.optimum, args.workers, args.wait_price
+                        trace,
+                        seed,
+                        clouds,
+                        runtimes,
+                        args.optimum,
+                        args.workers,
+                        args.wait_price,
+                        args.queueing,
                     )
                     print(row(trace, seed, clouds, runtimes, result), flush=True)
                     took = time.perf_counter() - started

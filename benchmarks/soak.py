@@ -68,7 +68,8 @@ def main() -> None:
         "--ttl",
         type=int,
         default=None,
-        help="delete finished Jobs this many seconds after they end (as production clusters do)",
+        help="delete finished Jobs and PyTorchJobs this many seconds after they end (as production "
+        "clusters do)",
     )
     parser.add_argument(
         "--budget",

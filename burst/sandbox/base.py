@@ -95,7 +95,8 @@ class ControllerBase:
         self._foreground: set[tuple[str, str, str]] = set()  # owners deleting in the foreground
         self._reschedule = False
         self._running: list[tuple[datetime, str, str, str]] = []  # (end, namespace, name, uid)
-        self._expiring: dict[tuple[str, str], datetime] = {}  # finished Jobs with a TTL: when
+        # Finished Jobs and PyTorchJobs with a TTL, by (kind, namespace, name): when they go
+        self._expiring: dict[tuple[str, str, str], datetime] = {}
         self._thread = threading.Thread(
             target=self._loop, name="sandbox-control-plane", daemon=True
         )

@@ -162,6 +162,7 @@ class WorkloadControllers(ControllerBase):
             c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True"
             for c in conditions
         ):
+            self._expire_pytorchjob(job)
             return
         now = self.clock.now()
         pods = self._pods_of(job)
@@ -269,13 +270,30 @@ class WorkloadControllers(ControllerBase):
         ]
         at = parse_stamp(finished[0]) if finished and finished[0] else self.clock.now()
         meta = _meta(job)
-        self._expiring[(meta["namespace"], meta["name"])] = at + timedelta(seconds=int(ttl))
+        self._expiring[(JOBS.kind, meta["namespace"], meta["name"])] = at + timedelta(
+            seconds=int(ttl)
+        )
+
+    def _expire_pytorchjob(self, job: Obj) -> None:
+        """The training operator's cleanupJob (pkg/controller.v1/common/job.go): a finished
+        PyTorchJob with `runPolicy.ttlSecondsAfterFinished` is deleted that long after its
+        `completionTime`, with the client's default (background) propagation, so the garbage
+        collector takes its pods after it."""
+        ttl = ((job.get("spec") or {}).get("runPolicy") or {}).get("ttlSecondsAfterFinished")
+        if ttl is None:
+            return
+        done = (job.get("status") or {}).get("completionTime")
+        at = parse_stamp(done) if done else self.clock.now()
+        meta = _meta(job)
+        key = (PYTORCHJOBS.kind, meta["namespace"], meta["name"])
+        self._expiring[key] = at + timedelta(seconds=int(ttl))
 
     def _collect_expired(self) -> None:
         now = self.clock.now()
         due = sorted(key for key, at in self._expiring.items() if at <= now)
-        for namespace, name in due:
-            del self._expiring[(namespace, name)]
-            job = self.store.find(JOBS, namespace, name)
+        for kind, namespace, name in due:
+            del self._expiring[(kind, namespace, name)]
+            res = PYTORCHJOBS if kind == PYTORCHJOBS.kind else JOBS
+            job = self.store.find(res, namespace, name)
             if job is not None and not _meta(job).get("deletionTimestamp"):
-                self._delete(JOBS, job, "Foreground")
+                self._delete(res, job, "Foreground" if res is JOBS else "Background")

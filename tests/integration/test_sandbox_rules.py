@@ -183,6 +183,35 @@ def pytorchjob(name: str, run_policy: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def test_the_training_operator_deletes_a_finished_pytorchjob_after_its_ttl(kube: Any) -> None:
+    """kubeflow/training-operator cleanupJob: a finished PyTorchJob with
+    runPolicy.ttlSecondsAfterFinished is deleted that long after its completionTime (background
+    propagation: its pods go after it)."""
+    core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
+    core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+    made = pytorchjob("brief", {"ttlSecondsAfterFinished": 0})
+    del made["spec"]["notInTheSchema"]
+    custom.create_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", made)
+    kept = pytorchjob("kept", {})
+    del kept["spec"]["notInTheSchema"]
+    custom.create_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", kept)
+
+    def names() -> set[str]:
+        items = custom.list_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs")
+        return {o["metadata"]["name"] for o in items["items"]}
+
+    wait_for(lambda: names() == {"kept"}, timeout=15)
+    brief = "training.kubeflow.org/job-name=brief"
+    wait_for(lambda: not core.list_namespaced_pod("default", label_selector=brief).items)
+    # Without a TTL a finished PyTorchJob stays.
+    wait_for(
+        lambda: custom.get_namespaced_custom_object(
+            "kubeflow.org", "v1", "default", "pytorchjobs", "kept"
+        )["status"].get("completionTime")
+    )
+    assert names() == {"kept"}
+
+
 @pytest.mark.parametrize(
     ("operator", "kept"),
     [("v1.6", set()), ("v1.8", {"suspend"}), ("v1.9", {"suspend", "managedBy"})],

@@ -116,8 +116,9 @@ class Settings:
     kills: bool = True  # False: no replica killed or paused (to watch one process's memory)
     # Replicas under tracemalloc, writing their growing allocation sites (tests/soak/heap.py).
     heap: bool = False
-    # Finished Jobs deleted this many seconds after they end (ttlSecondsAfterFinished), as a
-    # production cluster does; None: kept, as the invariants' final look reads them.
+    # Finished Jobs and PyTorchJobs deleted this many seconds after they end
+    # (ttlSecondsAfterFinished), as a production cluster does; None: kept, as the invariants'
+    # final look reads them.
     ttl_s: int | None = None
     # theory's hard daily budget; the daily period outlasts any run, so once spent it holds
     # theory's burstable jobs to the end (a memory run raises it to keep the backlog steady).
@@ -338,8 +339,11 @@ class Soak:
         return self.report
 
     def _create(self, local: KubeObjects, job: feed.Job) -> None:
-        if self.settings.ttl_s is not None and job.kind == "Job":
-            job.body["spec"]["ttlSecondsAfterFinished"] = self.settings.ttl_s
+        if self.settings.ttl_s is not None:
+            spec = job.body["spec"]
+            # A Job's own field, a PyTorchJob's run policy's (the training operator's cleanupJob)
+            on = spec if job.kind == "Job" else spec.setdefault("runPolicy", {})
+            on["ttlSecondsAfterFinished"] = self.settings.ttl_s
         for _ in range(30):  # the API server may be paused: keep trying, as a user would
             try:
                 feed.create(local, job)
