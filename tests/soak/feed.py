@@ -81,7 +81,10 @@ def jobs(
         pod: dict[str, Any] = {}
         if hostile:
             pod["volumes"] = [{"name": "host", "hostPath": {"path": "/var/lib"}}]
-        name = f"t{i:05d}-{row.job_id[-6:].lower().replace('_', '-')}"
+        # As users name jobs: a name of their own, then what a template generates, which burst
+        # strips to learn runtimes by the first (so that what it learns grows with the names,
+        # not with the jobs). The trace names no user: the name is the job's size.
+        name = f"train-{row.gpus}g-{i:05d}-{row.job_id[-6:].lower().replace('_', '-')}"
         gpus = min(row.gpus, 4)
         body = job_manifest(
             name,
