@@ -13,21 +13,22 @@ from burst.model import OnPrem, RunningWorkload
 from tests.builders import NOW, workload
 
 H = timedelta(hours=1)
+# 5 V100s: two 1-GPU runs end at +1 h and +2 h, a 2-GPU run at +3 h; 1 GPU is free now.
+FIVE_V100 = OnPrem(
+    {"V100": 5},
+    (
+        RunningWorkload("r1", "V100", 1, NOW + H),
+        RunningWorkload("r2", "V100", 1, NOW + 2 * H),
+        RunningWorkload("r3", "V100", 2, NOW + 3 * H),
+    ),
+)
+WIDE = workload("wide", gpus_per_pod=3, created=NOW - 2 * H)  # ahead of SMALL
+SMALL = workload("small", gpus_per_pod=1)
 
 
 def test_a_wide_job_waits_for_enough_releases_and_blocks_those_behind() -> None:
-    # 5 V100s: two 1-GPU runs end at +1 h and +2 h, a 2-GPU run at +3 h; 1 GPU is free now.
-    onprem = OnPrem(
-        {"V100": 5},
-        (
-            RunningWorkload("r1", "V100", 1, NOW + H),
-            RunningWorkload("r2", "V100", 1, NOW + 2 * H),
-            RunningWorkload("r3", "V100", 2, NOW + 3 * H),
-        ),
-    )
     # Created first, the wide one is ahead; it needs r1's and r2's GPUs too: +2 h.
-    wide = workload("wide", gpus_per_pod=3, created=NOW - 2 * H)
-    small = workload("small", gpus_per_pod=1)
+    onprem, wide, small = FIVE_V100, WIDE, SMALL
     runtimes = {"wide": H, "small": H}
     est = estimate_all(onprem, [wide, small], runtimes, NOW)
     assert (est["wide"].start, est["wide"].finish) == (NOW + 2 * H, NOW + 3 * H)
@@ -60,16 +61,7 @@ BE = "BestEffortFIFO"
 
 
 def test_best_effort_lets_a_small_job_start_past_a_wide_one_that_does_not_fit() -> None:
-    onprem = OnPrem(
-        {"V100": 5},
-        (
-            RunningWorkload("r1", "V100", 1, NOW + H),
-            RunningWorkload("r2", "V100", 1, NOW + 2 * H),
-            RunningWorkload("r3", "V100", 2, NOW + 3 * H),
-        ),
-    )
-    wide = workload("wide", gpus_per_pod=3, created=NOW - 2 * H)
-    small = workload("small", gpus_per_pod=1)
+    onprem, wide, small = FIVE_V100, WIDE, SMALL
     est = estimate_all(onprem, [wide, small], {"wide": H, "small": 3 * H}, NOW, queueing=BE)
     # The free GPU goes to the small one now, past the wide one, however long it runs...
     assert est["small"].start == NOW
