@@ -75,25 +75,6 @@ class Placement:
             self._max_cost[key] = self.caps.max_cost_usd(want.w, want.policy)
         return self._max_cost[key]
 
-    def full(self, w: Workload, policy: BurstPolicy) -> str | None:
-        """The refusal any placement of `w` gets while its policy has no room for it at all: at
-        its pool limit, with no pool that holds it now or could grow to within its node limit
-        (deadlines and kinds of GPU aside). Asked before a workload is priced: at the limit, a
-        long backlog was priced workload by workload on every pass only to be refused so (most
-        of the time of a Philly replay with config/)."""
-        limits, name = policy.spec.limits, policy.metadata.name
-        if self.pools_of_policy[name] < limits.max_pools:
-            return None
-        for pool in self.policy_pools[name].opened:
-            extra = pool.extra_nodes_for(w)
-            if extra == 0 or (
-                extra is not None
-                and pool.nodes + extra <= limits.max_nodes_per_pool
-                and not pool.unavailable
-            ):
-                return None
-        return f"policy {name}: max {limits.max_pools} pools reached"
-
     def _refusal(
         self, want: Want, cost_usd: int, max_cost_usd: int | None, offer: OfferKey, hourly: int
     ) -> str | None:
@@ -300,6 +281,26 @@ class Placement:
         self.dispatches.append(
             Dispatch(w.uid, pool.name, pool.target.name, reason, usd(cost), finish)
         )
+
+
+def full(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
+    """The refusal any placement of `w` gets while its policy has no room for it at all: at its
+    pool limit, with no pool that holds it now or could grow to within its node limit (deadlines
+    and kinds of GPU aside). Asked before a workload is priced: at the limit, a long backlog was
+    priced workload by workload on every pass only to be refused so (most of the time of a Philly
+    replay with config/)."""
+    limits, name = policy.spec.limits, policy.metadata.name
+    if placement.pools_of_policy[name] < limits.max_pools:
+        return None
+    for pool in placement.policy_pools[name].opened:
+        extra = pool.extra_nodes_for(w)
+        if extra == 0 or (
+            extra is not None
+            and pool.nodes + extra <= limits.max_nodes_per_pool
+            and not pool.unavailable
+        ):
+            return None
+    return f"policy {name}: max {limits.max_pools} pools reached"
 
 
 def no_offer_reason(

@@ -38,6 +38,7 @@ from burst.decide.candidates import Candidates, allowed_accelerators, expected_r
 from burst.decide.caps import Budgets, Caps, PlanError, Rates
 from burst.decide.onprem import queue_order, queue_sweep
 from burst.decide.placement import Placement
+from burst.decide.placement import full as placement_full
 from burst.decide.pools import OpenPool, pool_actions
 from burst.decide.triggers import Want, time_saved, trigger, urgency
 from burst.durations import format_duration
@@ -197,7 +198,7 @@ class _Planner:
                 if policy is None or w.uid in stays:
                     sweep.stay(w, est)
                     continue
-                full = self.placement.full(w, policy)
+                full = placement_full(self.placement, w, policy)
                 if full is not None and not self.explain:
                     sweep.stay(w, est)  # it would be refused whatever sends it
                     continue
@@ -242,10 +243,8 @@ class _Planner:
                         f"{want.trigger}, but {refusal}",
                         onprem_finish=want.onprem.finish,
                     )
-            if not refused and self.queueing == "StrictFIFO":
-                # The next round would see the same queue: those placed left it in this one.
-                # Under BestEffortFIFO they leave it in the next, which may start others later.
-                break
+            if not refused:
+                break  # the next round would see the same queue: those placed leave it either way
         return Plan(
             tuple(
                 pool_actions(self.placement.pools, self.catalog)

@@ -273,7 +273,7 @@ def workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger(
             or (max_wait is not None and NOW - w.pending_since >= max_wait)
             or (w.quota_blocked and policy.trigger.quota_exhausted)
         )
-        assert fired, (w, est)
+        assert fired, (queueing, w, est)
 
 
 def reasons_left_out_change_no_action(snap: Snapshot, cfg: Config, plan: Plan) -> None:
