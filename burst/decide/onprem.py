@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -201,26 +202,26 @@ def first_fit_starts(
             free[r.accelerator] -= r.gpus
             events.append((expected_end(r, now), r.accelerator, r.gpus))
     heapq.heapify(events)
-    waiting: dict[str, list[Workload]] = {}
-    for w in queue:
+    # Waiting workloads by product, then by size, each size in queue order: the first in queue
+    # order that fits is the first of one size's line, so a release looks at a few lines, not at
+    # every workload waiting (Philly's queue holds thousands).
+    waiting: dict[str, dict[int, deque[tuple[int, Workload]]]] = {}
+    for order, w in enumerate(queue):
         p = product_of(w)
         if p is not None and w.gpus <= onprem.capacity.get(p, 0):
-            waiting.setdefault(p, []).append(w)
+            waiting.setdefault(p, {}).setdefault(w.gpus, deque()).append((order, w))
     starts: dict[str, datetime] = {}
     at = now
     while True:
-        for p, line in waiting.items():
-            if not line or free[p] <= 0:
-                continue
-            left = []
-            for w in line:
-                if w.gpus <= free[p]:
-                    free[p] -= w.gpus
-                    starts[w.uid] = at
-                    heapq.heappush(events, (at + runtime[w.uid], p, w.gpus))
-                else:
-                    left.append(w)
-            waiting[p] = left
+        for p, lines in waiting.items():
+            while free[p] > 0:
+                fits = [line for size, line in lines.items() if line and size <= free[p]]
+                if not fits:
+                    break
+                _, w = min(fits, key=lambda line: line[0][0]).popleft()
+                free[p] -= w.gpus
+                starts[w.uid] = at
+                heapq.heappush(events, (at + runtime[w.uid], p, w.gpus))
         if not events:
             return starts
         at, p, gpus = heapq.heappop(events)
