@@ -156,7 +156,11 @@ class Observer:
             uid = meta_of(pod)["uid"]
             owner = controller_uid(pod) or uid
             if type_ == "DELETED":
-                self._pods_of[owner].discard(uid)
+                pods = self._pods_of.get(owner)
+                if pods is not None:
+                    pods.discard(uid)
+                    if not pods:  # its last pod gone: an empty set per job ever seen added up
+                        del self._pods_of[owner]
                 self._owner_of.pop(uid, None)
             else:
                 self._pods_of[owner].add(uid)

@@ -98,6 +98,27 @@ def test_pending_gpu_workloads_and_on_prem_capacity(kube: Any) -> None:
         watch.stop()
 
 
+def test_a_deleted_job_and_its_pods_leave_nothing_behind_in_the_watch(kube: Any) -> None:
+    """A service that runs for months sees every job once: what it keeps of a job whose pods
+    and Job are gone must go with them (the memory soak found a set per job left behind)."""
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_node(gpu_node("v100-0", "Tesla-V100-SXM2-16GB", gpus=4))
+    watch = observer(kube)
+    try:
+        assert watch.wait_synced()
+        body = gpu_job("brief")
+        body["spec"]["template"]["metadata"]["annotations"]["sandbox.burst.dev/duration"] = "1s"
+        body["spec"]["ttlSecondsAfterFinished"] = 0
+        made = batch.create_namespaced_job("default", body)
+        wait_for(lambda: made.metadata.uid in watch._pods_of)
+        wait_for(lambda: not batch.list_namespaced_job("default").items, timeout=15)
+        wait_for(lambda: not core.list_namespaced_pod("default").items)
+        # Bookkeeping, not a public figure: the watch's per-job maps are what would grow.
+        assert wait_for(lambda: not watch._pods_of and not watch._owner_of)
+    finally:
+        watch.stop()
+
+
 def test_quota_blocked_and_mig_requests(kube: Any) -> None:
     core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
     core.create_namespace({"metadata": {"name": "kubeflow-user-alice"}})
