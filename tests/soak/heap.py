@@ -1,7 +1,9 @@
 """`python -m tests.soak.heap DIR burst-args...`: the `burst` CLI with tracemalloc on, writing
 every minute to DIR the allocation sites whose live memory grew most since its fifth minute
-(by then caches and pools are warm) and over the last twenty to forty minutes, and the traced total to a
-series (`heap-PID.csv`), so that a long run's last hour can be read apart from its warm-up.
+(by then caches and pools are warm) and over the last twenty to forty minutes, and to a series
+(`heap-PID.csv`) the traced total and the service's own part of it (the watcher's snapshots left
+out: they stepped the total up by some 9 MiB when it first kept two), so that a long run's last
+hour can be read apart from its warm-up.
 The memory run (`benchmarks/soak.py --no-kills --heap`) starts its replicas this way, to tell a
 leak (a site growing without end) from the allocator's settling (RSS growth with no site behind
 it)."""
@@ -32,18 +34,21 @@ def _watch(out: Path, series: Path) -> None:
     older: tuple[float, tracemalloc.Snapshot] | None = None
     newer: tuple[float, tracemalloc.Snapshot] | None = None
     started = time.monotonic()
-    series.write_text("seconds,traced_mib\n")
+    # traced: every traced block, this watcher's own snapshots included; service: the blocks
+    # outside tracemalloc, what the service itself holds.
+    series.write_text("seconds,traced_mib,service_mib\n")
     while True:
         time.sleep(EVERY_S)
         elapsed = time.monotonic() - started
         traced, peak = tracemalloc.get_traced_memory()
-        with series.open("a") as f:
-            f.write(f"{elapsed:.0f},{traced / 2**20:.2f}\n")
-        if elapsed < WARM_S:
-            continue
         snapshot = tracemalloc.take_snapshot().filter_traces(
             [tracemalloc.Filter(False, tracemalloc.__file__)]
         )
+        service = sum(trace.size for trace in snapshot.traces)
+        with series.open("a") as f:
+            f.write(f"{elapsed:.0f},{traced / 2**20:.2f},{service / 2**20:.2f}\n")
+        if elapsed < WARM_S:
+            continue
         if first is None:
             first = snapshot
             older = newer = (elapsed, snapshot)
