@@ -73,6 +73,16 @@ class RunHistory:
         }
 
 
+def _forget_pod(pods_of: dict[str, set[str]], owner: str, uid: str) -> None:
+    """A deleted pod, and with its owner's last pod the owner: an empty set per job ever seen
+    added up over months of service."""
+    pods = pods_of.get(owner)
+    if pods is not None:
+        pods.discard(uid)
+        if not pods:
+            del pods_of[owner]
+
+
 class Observer:
     """The on-prem cluster as the decision sees it, kept current by ResourceCaches."""
 
@@ -156,11 +166,7 @@ class Observer:
             uid = meta_of(pod)["uid"]
             owner = controller_uid(pod) or uid
             if type_ == "DELETED":
-                pods = self._pods_of.get(owner)
-                if pods is not None:
-                    pods.discard(uid)
-                    if not pods:  # its last pod gone: an empty set per job ever seen added up
-                        del self._pods_of[owner]
+                _forget_pod(self._pods_of, owner, uid)
                 self._owner_of.pop(uid, None)
             else:
                 self._pods_of[owner].add(uid)
