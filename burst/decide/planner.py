@@ -59,6 +59,9 @@ __all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run
 DEFAULT_RUNTIME = timedelta(hours=4)
 MAX_ROUNDS = 4
 REUSABLE_STATES = frozenset({"requested", "creating", "ready"})
+# Pools that count against maxPools: every one the cloud may still run (the soak saw a seventh
+# pool launched while a sixth was still being deleted, with maxPools 6).
+UP_STATES = REUSABLE_STATES | {"draining", "deleting"}
 
 
 class _Planner:
@@ -110,9 +113,10 @@ class _Planner:
         by_name = {p.metadata.name: p for p in self.policies}
         for pv in sorted(self.snapshot.pools, key=lambda p: p.name):
             policy = by_name.get(pv.policy)
+            if pv.state in UP_STATES:  # its nodes run until the cloud has deleted it: it counts
+                self.placement.pools_of_policy[pv.policy] += 1
             if pv.state not in REUSABLE_STATES:
                 continue
-            self.placement.pools_of_policy[pv.policy] += 1
             why = self._delete_reason(pv, policy)
             if why:
                 self.actions.append(DeletePool(pv.name, why))

@@ -471,6 +471,20 @@ def test_at_the_pool_limit_a_full_sized_pool_with_room_still_takes_work_with_or_
     assert not dispatches(decide.plan(snap, CATALOG, cfg, NOW, skips=False))
 
 
+def test_a_pool_still_being_deleted_counts_against_max_pools() -> None:
+    # Its nodes run until the cloud has deleted it: a new pool beside it would be one too many.
+    cfg = make_config(
+        ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))
+    )
+    going = _pool(state="deleting", free_gpus=(8,))
+    snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(going,))
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    assert not dispatches(plan) and "policy ml: max 1 pools reached" in skip_reason(plan, "w1")
+    # Gone in the cloud, it no longer counts.
+    plan = decide.plan(replace(snap, pools=(replace(going, state="deleted"),)), CATALOG, cfg, NOW)
+    assert "w1" in dispatches(plan)
+
+
 def test_idle_pool_past_ttl_and_old_pool_are_deleted() -> None:
     idle = _pool("idle", idle_since=NOW - timedelta(minutes=11))
     old = _pool("old", created=NOW - 25 * H, idle_since=NOW - timedelta(minutes=1))
