@@ -15,7 +15,7 @@ sends to a cloud leaves the queue, so those behind it move up: `estimate()` look
 committing, `stay()` commits and `leave()` takes the workload out.
 Modelling BestEffortFIFO with reservations instead (each workload at the first gap its run fits,
 around those ahead: conservative backfilling) expected large jobs to start long before the
-cluster starts them: on OpenB they burst late and dear (1,501 CHF against 997 CHF).
+cluster starts them: on OpenB they burst late and dear (1,501 CHF against 1,169 CHF).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class Sweep(ABC):
 
     @abstractmethod
     def leave(self) -> None:
-        """The estimated workload goes elsewhere: undo the look-ahead."""
+        """The estimated workload goes elsewhere: it leaves the queue, those behind move up."""
 
 
 def queue_sweep(

@@ -401,9 +401,8 @@ def succeeded_in(obj: Obj, pods: Iterable[Obj] = ()) -> int | None:
     known = [b for b in began if b is not None]
     if start is not None and known:
         start = max(start, min(known))
-    if (
-        start is None or end is None or not timedelta(0) < end - start <= LONGEST
-    ):  # past it: a broken clock
+    # Beyond LONGEST a run is a broken clock, not a runtime.
+    if start is None or end is None or not timedelta(0) < end - start <= LONGEST:
         return None
     return int((end - start).total_seconds())
 
