@@ -19,6 +19,7 @@ from typing import Any
 
 from burst.cloud.provider import (
     CapacityUnavailable,
+    Instance,
     InvalidRequest,
     Pool,
     PoolNotFound,
@@ -350,6 +351,12 @@ class AzureProvider:
             if _tags(data).get(FLAT_TAG_OWNER) == owner:
                 pools.append(to_pool(data))
         return sorted(pools, key=lambda p: p.name)
+
+    def ended_instances(self, name: str) -> tuple[Instance, ...] | None:
+        # AKS reports an agent pool's count, not its scale set's VMs (gone with the pool): a pool
+        # gone behind burst's back is billed to when burst saw it gone, and `burst reconcile`
+        # takes the difference from the bill.
+        return None
 
 
 def _tags(agent_pool: Mapping[str, Any]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from burst.cloud.provider import (
     CapacityUnavailable,
+    Instance,
     InvalidRequest,
     Pool,
     PoolNotFound,
@@ -384,3 +385,9 @@ class GcpProvider:
             if _labels(data).get(FLAT_TAG_OWNER) == wanted:
                 pools.append(to_pool(data))
         return sorted(pools, key=lambda p: p.name)
+
+    def ended_instances(self, name: str) -> tuple[Instance, ...] | None:
+        # GKE reports a node pool's size, not its instances (Compute Engine's managed instance
+        # group drops a deleted one): a pool gone behind burst's back is billed to when burst saw
+        # it gone, and `burst reconcile` takes the difference from the bill.
+        return None

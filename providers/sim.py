@@ -378,6 +378,19 @@ class SimProvider:
                 if target == self.target and not p.deleted and p.tags.get(TAG_OWNER) == owner
             ]
 
+    def ended_instances(self, name: str) -> tuple[Instance, ...] | None:
+        """A deleted pool's instances, for an hour after its deletion as EC2 lists terminated
+        instances (TerminateInstances API reference: "for approximately one hour")."""
+        with self.world.shared():
+            self.world._misbehave(False, "")
+            pool = self.world._pools.get((self.target, name))
+            if pool is None or not pool.deleted:
+                return None
+            ends = [n.ended for n in pool.gone if n.ended is not None]
+            if ends and self.world.clock.now() - max(ends) > timedelta(hours=1):
+                return None
+            return tuple(Instance(n.name, n.launched or pool.created, n.ended) for n in pool.gone)
+
     # -- the target's Kubernetes cluster --
 
     def _register(self, pool: _Pool, node: _Node) -> None:

@@ -166,6 +166,13 @@ class Provider(Protocol):
 
     def list_pools(self, owner: str) -> list[Pool]: ...
 
+    def ended_instances(self, name: str) -> tuple[Instance, ...] | None:
+        """A pool that is gone: its instances with their ends, as the cloud's instance API still
+        lists them for a while (EC2: "Terminated instances remain visible after termination (for
+        approximately one hour)", TerminateInstances API reference); None where the adapter does
+        not ask, and the pool is billed to when burst saw it gone."""
+        ...
+
 
 class TokenBucket:
     """Client-side throttle per provider: at most `rate` calls a second, bursts up to `burst`."""

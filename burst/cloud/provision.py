@@ -31,6 +31,7 @@ from burst.cloud.provider import (
     Provider,
     ProviderError,
 )
+from burst.cloud.provider import Instance as CloudInstance
 from burst.cloud.provider import Pool as CloudPool
 from burst.metrics import PROVIDER_CALLS
 from burst.model import CapacityType, Cloud, CreatePool, OfferKey, PoolState, PoolView
@@ -211,7 +212,7 @@ class Provisioner:
             return
         failpoints.hit("pool-created-in-cloud")
         row.external_id = pool.external_id
-        record_instances(session, row, pool)
+        record_instances(session, row, pool.instances)
         ready = self.arrived(row, pool)
         _event(session, row, "ready" if ready else "creating", pool.nodes, now, None, self.epoch)
         if ready:
@@ -246,7 +247,7 @@ class Provisioner:
             except ProviderError as exc:
                 log.warning("pool %s: %s", row.name, exc.message)
                 continue
-            record_instances(session, row, pool)
+            record_instances(session, row, pool.instances)
             if row.state == "resizing":
                 self._follow_resize(session, row, pool)
             else:
@@ -305,7 +306,7 @@ class Provisioner:
                 self.backoffs.mark(session, self.spec(row).offer)
                 session.commit()
             return
-        record_instances(session, row, pool)
+        record_instances(session, row, pool.instances)
         if row.state in ("requested", "creating"):
             state = "creating"
         else:
@@ -339,7 +340,7 @@ class Provisioner:
             return None
         failpoints.hit("pool-deleted-in-cloud")
         if row.deleted_at is None:
-            row.deleted_at = self.clock.now()
+            row.deleted_at = gone_at(self, session, row)
             session.commit()
         return row
 
@@ -356,20 +357,41 @@ def look(provisioner: Provisioner, session: Session, row: Pool) -> None:
     """Record the pool's instances as the cloud reports them now, if it does (the meter bills
     them); a pool the cloud does not answer for is left to the passes that follow it."""
     with contextlib.suppress(ProviderError):
-        record_instances(session, row, provisioner.call(row.target, "get_pool", row.name))
+        pool = provisioner.call(row.target, "get_pool", row.name)
+        record_instances(session, row, pool.instances)
 
 
-def record_instances(session: Session, row: Pool, pool: CloudPool) -> None:
+def gone_at(provisioner: Provisioner, session: Session, row: Pool) -> datetime:
+    """When a pool burst has just found gone stopped running: its instances' last end where
+    the cloud still lists them (a scan or a pass that runs late would bill the minutes between
+    the cloud's end and burst's look), else now."""
+    now = provisioner.clock.now()
+    try:
+        instances: tuple[CloudInstance, ...] | None = provisioner.call(
+            row.target, "ended_instances", row.name
+        )
+    except ProviderError:
+        return now
+    record_instances(session, row, instances)
+    ends = [i.ended for i in instances or ()]
+    if not ends or None in ends:
+        return now
+    return min(now, max(e for e in ends if e is not None))
+
+
+def record_instances(
+    session: Session, row: Pool, instances: tuple[CloudInstance, ...] | None
+) -> None:
     """The pool's instances as its cloud reports them: new ones added, ended ones closed. An
     instance the cloud replaced between two looks (a reclaimed spot node) is still reported
     ended, and is billed on its own."""
-    if pool.instances is None:
+    if instances is None:
         return
     known = {
         i.instance_id: i
         for i in session.scalars(select(PoolInstance).where(PoolInstance.pool_id == row.id))
     }
-    for instance in pool.instances:
+    for instance in instances:
         seen = known.get(instance.id)
         if seen is None:
             session.add(

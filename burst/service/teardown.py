@@ -17,7 +17,7 @@ from burst import failpoints
 from burst.amounts import Money
 from burst.clock import Clock
 from burst.cloud.provider import ProviderError
-from burst.cloud.provision import Provisioner, look, record_instances
+from burst.cloud.provision import Provisioner, gone_at, look, record_instances
 from burst.config import Config
 from burst.kube.replicate import KubeObjects
 from burst.kube.sync import Syncer
@@ -77,7 +77,7 @@ class Teardown:
                         self._orphans_seen.pop(name, None)
                         # Its instances as listed: a pool deleted out of band later is billed
                         # with those replaced since its last look, up to this one.
-                        record_instances(s, row, in_cloud[name])
+                        record_instances(s, row, in_cloud[name].instances)
                         continue
                     first = self._orphans_seen.setdefault(name, now)
                     if now - first >= grace:
@@ -104,7 +104,7 @@ class Teardown:
         return done
 
     def _lost_pool(self, s: Session, row: Pool) -> None:
-        row.deleted_at = self.clock.now()
+        row.deleted_at = gone_at(self.provisioner, s, row)
         row.state_reason = "gone from the cloud"
         self.meter_pool(s, row)
         self.provisioner.mark_deleted(s, row)

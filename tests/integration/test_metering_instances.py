@@ -168,3 +168,41 @@ def test_a_pool_deleted_out_of_band_is_billed_for_the_instances_listed_before(
     world.sim.delete_pool("gone", by="operator")
     world.teardown.collect_orphans()  # finds it gone: closed and metered
     assert world.matches_the_bill("gone", SPOT), world.charged("gone")
+
+
+def test_a_pool_deleted_out_of_band_is_billed_to_its_instances_end_not_to_when_burst_saw_it(
+    world: World,
+) -> None:
+    """A scan that runs late (minutes, under load) finds the pool gone long after the cloud ended
+    its instances; the cloud still lists them with their ends, and the ledger follows the cloud."""
+    world.create("late", ON_DEMAND, 2)
+    world.passes(10)
+    world.sim.delete_pool("late", by="operator")
+    world.clock.advance(timedelta(minutes=25))
+    world.teardown.collect_orphans()
+    assert world.matches_the_bill("late", ON_DEMAND), (
+        world.charged("late"),
+        world.billed("late", ON_DEMAND),
+    )
+
+
+def test_a_deletion_seen_done_a_pass_late_is_billed_to_the_clouds_end(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cloud took the delete and ended the nodes; the look that would see it gone was
+    throttled, and the next pass came ten minutes later."""
+    world.create("slow", ON_DEMAND, 1)
+    world.passes(10)
+    with monkeypatch.context() as m:
+
+        def throttled(name: str) -> None:
+            raise Throttled("429 Too Many Requests", retry_after=1)
+
+        m.setattr(world.sim, "get_pool", throttled)
+        delete(world, "slow")
+    world.clock.advance(timedelta(minutes=10))
+    delete(world, "slow")
+    assert world.matches_the_bill("slow", ON_DEMAND), (
+        world.charged("slow"),
+        world.billed("slow", ON_DEMAND),
+    )

@@ -214,7 +214,6 @@ class Soak:
                     foreign=("sim-aws", f"{INSTALLATION}-pool-x"),
                     orphan_grace=ORPHAN_GRACE + ORPHAN_GC,
                     pass_interval=PASS,
-                    scan_interval=ORPHAN_GC,
                     budgets={"theory": self.settings.budget_micros},
                     max_pools=6,  # as the policy says
                     max_nodes=4,

@@ -21,8 +21,8 @@ passes only with every count at zero.
 - `ledger_changed`: a ledger row updated or deleted once seen.
 - `ledger_mismatch`: at the end, a pool's ledger total off the integral of its nodes' lifetimes x
   the offer's price under the cloud's billing rule by more than the service can see (its pass
-  interval per node, either side, its orphan scan interval more for a pool deleted out of band,
-  and a cent).
+  interval per node, either side, and a cent; a pool deleted out of band or lost with its cluster
+  too, however late burst saw it gone).
 - `reason_missing`: at the end, a hostile job burst refused without a BurstRefused Event, a
   malformed job without an InvalidBurstAnnotation Event, a job the last plan skipped without a
   NotBursting Event.
@@ -75,9 +75,6 @@ class Checker:
     budgets: dict[str, int]  # hard budget namespace -> amount in USD micros per day
     max_pools: int
     max_nodes: int
-    # How often the service lists the clouds' pools: a pool deleted out of band is seen gone
-    # only then, and billed until then.
-    scan_interval: timedelta = timedelta(0)
     violations: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     checks: int = 0
@@ -266,9 +263,9 @@ class Checker:
             rule = BILLING[key.cloud]
             per_s = offer.hourly.micros / 3600
             truth, slack = 0.0, 10_000.0  # a cent
+            # A pool gone behind burst's back is billed to its instances' ends as the cloud
+            # lists them, however late burst's scan saw it gone.
             unseen = self.pass_interval * 2
-            if p["deleted"] and p["deleted_by"] != "burst":
-                unseen += self.scan_interval
             for node in p["gone"] + p["nodes"]:
                 start = datetime.fromisoformat(node["launched"])
                 end = datetime.fromisoformat(node["ended"]) if node["ended"] else datetime.now(UTC)
