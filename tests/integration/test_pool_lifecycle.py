@@ -302,6 +302,13 @@ def test_a_lost_clusters_job_resumes_on_prem_only_once_the_cloud_has_deleted_its
             loop.run_once()
         assert state() == ("dispatched", "deleting")
         assert local.batch.read_namespaced_job("far", "cms-ml").spec.suspend  # not resumed
+        # and the job says why it waits, once, however many passes the cloud refuses
+        told = [
+            e.message
+            for e in local.core.list_namespaced_event("cms-ml").items
+            if e.involved_object.name == "far" and e.reason == "WaitingForPoolDeletion"
+        ]
+        assert len(told) == 1 and "sim-aws stopped answering" in told[0], told
         world.faults.throttled_until = None
         passes_until(loop, clock, lambda: state() == ("requeued", "deleted"), thirty, timeout=60)
         assert not local.batch.read_namespaced_job("far", "cms-ml").spec.suspend
