@@ -32,11 +32,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config, selector_matches
 from burst.decide.candidates import Candidates, allowed_accelerators, expected_run
 from burst.decide.caps import Budgets, Caps, PlanError, Rates
-from burst.decide.onprem import queue_order, queue_sweep
+from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.placement import full as placement_full
 from burst.decide.pools import OpenPool, pool_actions
@@ -73,18 +74,11 @@ class _Planner:
         self.snapshot, self.catalog, self.now, self.explain = snapshot, catalog, now, explain
         self.targets = {t.name: t for t in config.service.spec.targets}
         self.queueing = config.service.spec.on_prem.queueing
-        rates = Rates(config.service.spec.usd_rates(now))
+        self.config = config
         self.policies = [config.policies[name] for name in sorted(config.policies)]
-        self.placement = Placement(
-            now,
-            catalog,
-            self.targets,
-            Candidates(catalog, self.targets, config.service.spec.targets, rates),
-            Caps(rates, Budgets(snapshot.budgets, rates, horizon(config))),
-            frozenset(snapshot.unavailable),
-            frozenset(p.name for p in snapshot.pools),
-        )
         self.actions: list[Action] = []
+        self.deleted: set[str] = set()  # existing pools this plan deletes
+        self.placement = self._placement()
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
 
@@ -109,17 +103,35 @@ class _Planner:
 
     # -- existing pools --
 
-    def open_existing_pools(self) -> None:
+    def delete_unwanted_pools(self) -> None:
+        by_name = {p.metadata.name: p for p in self.policies}
+        for pv in sorted(self.snapshot.pools, key=lambda p: p.name):
+            if pv.state in REUSABLE_STATES:
+                why = self._delete_reason(pv, by_name.get(pv.policy))
+                if why:
+                    self.actions.append(DeletePool(pv.name, why))
+                    self.deleted.add(pv.name)
+
+    def _placement(self) -> Placement:
+        """Where workloads may go: the existing pools that take work, and room for new ones."""
+        assert self.config.service is not None
+        spec = self.config.service.spec
+        rates = Rates(spec.usd_rates(self.now))
+        placement = Placement(
+            self.now,
+            self.catalog,
+            self.targets,
+            Candidates(self.catalog, self.targets, spec.targets, rates),
+            Caps(rates, Budgets(self.snapshot.budgets, rates, horizon(self.config))),
+            frozenset(self.snapshot.unavailable),
+            frozenset(p.name for p in self.snapshot.pools),
+        )
         by_name = {p.metadata.name: p for p in self.policies}
         for pv in sorted(self.snapshot.pools, key=lambda p: p.name):
             policy = by_name.get(pv.policy)
             if pv.state in UP_STATES:  # its nodes run until the cloud has deleted it: it counts
-                self.placement.pools_of_policy[pv.policy] += 1
-            if pv.state not in REUSABLE_STATES:
-                continue
-            why = self._delete_reason(pv, policy)
-            if why:
-                self.actions.append(DeletePool(pv.name, why))
+                placement.pools_of_policy[pv.policy] += 1
+            if pv.state not in REUSABLE_STATES or pv.name in self.deleted:
                 continue
             if policy and self.now - pv.created >= policy.spec.teardown.max_lifetime:
                 continue  # draining: past its lifetime it takes no new work, and goes once idle
@@ -135,7 +147,7 @@ class _Planner:
                 ready_at = pv.created + target.provisioning
                 if ready_at <= self.now:
                     ready_at = self.now + target.provisioning
-            self.placement.open(
+            placement.open(
                 OpenPool(
                     pv.name,
                     target,
@@ -149,6 +161,7 @@ class _Planner:
                     pv.created,
                 )
             )
+        return placement
 
     def _delete_reason(self, pv: PoolView, policy: BurstPolicy | None) -> str | None:
         if policy is None:
@@ -162,10 +175,41 @@ class _Planner:
             return f"idle {idle} >= idle TTL {format_duration(ttl)}"
         return None
 
+    def _why(
+        self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
+    ) -> tuple[str | None, str, Money | None]:
+        """(why it should burst, or None; why not, worded only when explaining; what the time it
+        would save is worth, when that is the reason)."""
+        why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
+        if why is None and policy.spec.trigger.wait_price is not None:
+            # No trigger sends it: the time it would save may.
+            saved = time_saved(w, policy, est, runtime, self.fastest_launch(policy), self.now)
+            if saved is not None:
+                return saved[0], why_not, saved[1]
+        return why, why_not, None
+
+    def _stale(
+        self, pending: list[Workload], placed: set[str], runtimes: dict[str, timedelta]
+    ) -> bool:
+        """Whether a workload placed in an earlier round has lost its reason now that those
+        refused since stay. Under BestEffortFIFO one that stays can let one behind it start
+        sooner: it holds up a wide one between them, and the small one behind runs past both."""
+        sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, pending, runtimes)
+        for w in pending:
+            est = sweep.estimate(w, runtimes[w.uid])
+            if w.uid not in placed:
+                sweep.stay(w, est)
+                continue
+            if self._why(w, self.policy_of[w.uid], est, sweep, runtimes[w.uid])[0] is None:
+                return True
+            sweep.leave()
+        return False
+
     # -- the whole plan --
 
     def run(self) -> Plan:
-        self.open_existing_pools()
+        self.delete_unwanted_pools()
+        self.placement = self._placement()
         pending: list[Workload] = []
         for w in self.snapshot.workloads:
             if w.phase == "started" and w.planned_pool is not None:
@@ -190,6 +234,13 @@ class _Planner:
         stays: set[str] = set()  # refused: they wait on-prem
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
+            if (
+                placed
+                and self.queueing == "BestEffortFIFO"
+                and self._stale(pending, placed, runtimes)
+            ):
+                self.placement = self._placement()
+                placed.clear()
             queue = [w for w in pending if w.uid not in placed]
             sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
             wants: list[Want] = []
@@ -206,14 +257,7 @@ class _Planner:
                 if full is not None and not self.explain:
                     sweep.stay(w, est)  # it would be refused whatever sends it
                     continue
-                why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
-                worth = None
-                if why is None and policy.spec.trigger.wait_price is not None:
-                    # No trigger sends it: the time it would save may.
-                    fastest = self.fastest_launch(policy)
-                    saved = time_saved(w, policy, est, runtimes[w.uid], fastest, self.now)
-                    if saved is not None:
-                        why, worth = saved
+                why, why_not, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
                 if why is None or full is not None:
                     sweep.stay(w, est)
                     if self.explain:

@@ -546,6 +546,24 @@ def test_a_refused_burst_stays_and_puts_the_next_at_risk() -> None:
     assert "est. on-prem finish 17:00 > 15:00 - 30m margin" in dispatches(plan)["second"].reason
 
 
+def test_under_best_effort_a_refused_burst_that_stays_lets_a_small_one_behind_run_past() -> None:
+    # 4 A100s, all free. `lost` (1 GPU) is past its deadline: it triggers, no cloud can meet it,
+    # so it stays. `wide` (4 GPUs, not burstable) waits behind it, and `small` (1 GPU, 5 min,
+    # deadline +35 min) behind both. Planned with `lost` leaving, `wide` took all four GPUs at
+    # once and `small` looked due at +10 min, past its margin, so it burst; with `lost` staying,
+    # BestEffortFIFO starts `small` now beside it, past the `wide` one that does not fit.
+    five = timedelta(minutes=5)
+    at = {"created": NOW - H, "accelerator": "A100", "expected_runtime": five}
+    lost = workload("lost", deadline=NOW, **at)
+    wide = workload("wide", pods=4, burstable=False, **{**at, "created": NOW - H + five})
+    small = workload("small", deadline=NOW + 7 * five, **{**at, "created": NOW - H + 2 * five})
+    snap = Snapshot(workloads=(lost, wide, small), onprem=OnPrem({"A100": 4}))
+    plan = decide.plan(snap, CATALOG, make_config(queueing="BestEffortFIFO"), NOW)
+    assert dispatches(plan) == {}
+    assert skip_reason(plan, "small").startswith("deadline met on-prem")
+    assert "no cloud offer meets the deadline" in skip_reason(plan, "lost")
+
+
 def test_competing_workloads_never_exceed_a_hard_budget() -> None:
     jobs = tuple(
         workload(f"j{i}", deadline=NOW + 3 * H + i * timedelta(minutes=1)) for i in range(10)
