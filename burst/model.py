@@ -120,14 +120,30 @@ class RunningWorkload:
     gpus: int
     expected_end: datetime
     started: datetime | None = None
+    node: str = ""  # the node its GPUs are on ("": unknown, or the cluster has no node list)
+
+
+@dataclass(frozen=True)
+class OnPremNode:
+    """A GPU node on-prem: its product (catalog name) and allocatable GPUs."""
+
+    name: str
+    accelerator: str
+    gpus: int
 
 
 @dataclass(frozen=True)
 class OnPrem:
-    """The on-prem cluster: GPUs per product (catalog names) and what runs on them."""
+    """The on-prem cluster: GPUs per product (catalog names), its GPU nodes, what runs on them.
+
+    With `nodes`, a pod needs its GPUs on one node, as the kube-scheduler's NodeResourcesFit
+    filter asks (kubernetes pkg/scheduler/framework/plugins/noderesources/fit.go: a node passes
+    only if each requested resource fits its allocatable less what its pods request); without,
+    each product's capacity is taken as one node (a snapshot written by hand)."""
 
     capacity: Mapping[str, int] = field(default_factory=dict)
     running: tuple[RunningWorkload, ...] = ()
+    nodes: tuple[OnPremNode, ...] = ()
 
 
 PoolState = Literal["requested", "creating", "ready", "draining", "deleting", "deleted", "failed"]

@@ -1,16 +1,17 @@
 """Queue-aware on-prem estimate: when would each pending workload start and finish if it stayed?
 
 Part of the decision (planner.py calls it; pure, no I/O). The on-prem queue is simulated forward
-per GPU product: running workloads release their GPUs at their expected end, and pending ones are
-placed in priority, then creation order, as the ServiceConfig's `onPrem.queueing` says the
-cluster starts them:
+per GPU product, node by node: running workloads release their GPUs on their node at their
+expected end, a pod starts only where one node has its GPUs free (first fit), and pending
+workloads are placed in priority, then creation order, as the ServiceConfig's `onPrem.queueing`
+says the cluster starts them:
 - StrictFIFO (`QueueSweep`): each as soon as its product has enough free GPUs and everything ahead
   of it has started; a small job does not overtake a large one.
 - BestEffortFIFO (`FirstFitSweep`): at each release, every waiting workload in queue order that
   fits starts, so a small job starts past a large one that does not fit, and those behind a large
   one may take the GPUs it waits for for a long time. The whole queue is run at once, and again
   each time the decision sends one of its workloads elsewhere.
-A workload that needs more GPUs than its product has on-prem never starts. A workload the decision
+A workload whose pods do not fit its product's nodes even when all are free never starts. A workload the decision
 sends to a cloud leaves the queue, so those behind it move up: `estimate()` looks without
 committing, `stay()` commits and `leave()` takes the workload out.
 Modelling BestEffortFIFO with reservations instead (each workload at the first gap its run fits,
@@ -23,7 +24,7 @@ from __future__ import annotations
 import heapq
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
@@ -37,12 +38,76 @@ def queue_order(w: Workload) -> tuple[int, datetime, str]:
     return (-w.priority, w.created, w.uid)
 
 
+def fits(free: Sequence[int], per_pod: int, pods: int) -> bool:
+    """Whether `pods` pods of `per_pod` GPUs fit nodes with `free` GPUs each, a pod on one node
+    (first fit places them iff the nodes hold that many such pods between them)."""
+    if per_pod <= 0:
+        return True
+    room = 0
+    for f in free:
+        room += max(f, 0) // per_pod
+        if room >= pods:
+            return True
+    return False
+
+
+def place(free: list[int], per_pod: int, pods: int) -> list[int]:
+    """First fit: the node of each pod, taken from `free` (which must hold them)."""
+    nodes: list[int] = []
+    for k, f in enumerate(free):
+        while len(nodes) < pods and f >= per_pod:
+            f -= per_pod
+            nodes.append(k)
+        free[k] = f
+    return nodes
+
+
 @dataclass
 class _Product:
-    capacity: int
-    free: int
+    """A product's nodes: each one's allocatable and free GPUs."""
+
+    names: list[str]
+    sizes: list[int]
+    free: list[int]
     clock: datetime  # start of the last workload that started here (FIFO: none starts earlier)
-    releases: list[tuple[datetime, int]] = field(default_factory=list)  # heap of (time, GPUs)
+    releases: list[tuple[datetime, int, int]] = field(default_factory=list)  # (time, node, GPUs)
+
+    def node_of(self, r: RunningWorkload) -> int | None:
+        """The node a running workload's GPUs are on: with no node list, the product's one; with
+        its node unknown, the first with room; None on a node not listed (cordoned, say), whose
+        GPUs no pending pod can have."""
+        if self.names == [""]:
+            return 0
+        if r.node in self.names:
+            return self.names.index(r.node)
+        if r.node:
+            return None
+        return next((k for k, f in enumerate(self.free) if f >= r.gpus), 0)
+
+
+def products(onprem: OnPrem, now: datetime) -> dict[str, _Product]:
+    """Each product's nodes from the node list; a product with none listed is one node of its
+    capacity (no boundaries known)."""
+    out: dict[str, _Product] = {}
+    for node in onprem.nodes:
+        p = out.setdefault(node.accelerator, _Product([], [], [], now))
+        p.names.append(node.name)
+        p.sizes.append(node.gpus)
+        p.free.append(node.gpus)
+    for product, capacity in onprem.capacity.items():
+        if product not in out:
+            out[product] = _Product([""], [capacity], [capacity], now)
+    for r in onprem.running:
+        if r.accelerator in out:
+            p = out[r.accelerator]
+            k = p.node_of(r)
+            if k is None:
+                continue
+            p.free[k] -= r.gpus
+            p.releases.append((expected_end(r, now), k, r.gpus))
+    for p in out.values():
+        heapq.heapify(p.releases)  # linear, where a push per running workload is not
+    return dict(sorted(out.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +138,19 @@ class Sweep(ABC):
         # Where a workload that asks for no particular GPU product waits: the largest product.
         self._default = max(sorted(onprem.capacity), key=lambda k: onprem.capacity[k], default=None)
         self._capacity = dict(onprem.capacity)
+        self._widest: dict[str, int] = {}
+        for node in onprem.nodes:
+            self._widest[node.accelerator] = max(self._widest.get(node.accelerator, 0), node.gpus)
 
     def product_of(self, w: Workload) -> str | None:
         return w.accelerator if w.accelerator is not None else self._default
 
     def capacity(self, product: str | None) -> int:
         return self._capacity.get(product, 0) if product else 0
+
+    def widest_node(self, product: str | None) -> int | None:
+        """The most GPUs of `product` on one node; None where nodes are not known."""
+        return self._widest.get(product) if product else None
 
     @abstractmethod
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
@@ -111,55 +183,56 @@ class QueueSweep(Sweep):
 
     def __init__(self, onprem: OnPrem, now: datetime) -> None:
         super().__init__(onprem)
-        self._now = now
-        self._products: dict[str, _Product] = {}
-        for product, capacity in sorted(onprem.capacity.items()):
-            self._products[product] = _Product(capacity, capacity, now)
-        products = self._products
-        for r in onprem.running:
-            p = products.get(r.accelerator)
-            if p is None:
-                continue
-            p.free -= r.gpus
-            p.releases.append((expected_end(r, now), r.gpus))
-        for p in self._products.values():
-            heapq.heapify(p.releases)  # linear, where a push per running workload is not
-        self._pending: tuple[str, list[tuple[datetime, int]], int, datetime] | None = None
+        self._products = products(onprem, now)
+        # (product, releases taken to make room, start) of the last estimate
+        self._pending: tuple[str, list[tuple[datetime, int, int]], datetime] | None = None
 
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
+        """Takes releases, in time order, until the pods fit (undone by leave())."""
         name = self.product_of(w)
         p = self._products.get(name) if name else None
-        needs = w.gpus
-        if p is None or needs > p.capacity:
+        per, pods = w.gpus_per_pod, w.pods
+        if p is None or not fits(p.sizes, per, pods):
             self._pending = None
             return Estimate(name, None, None)
-        popped: list[tuple[datetime, int]] = []
-        free, clock = p.free, p.clock
-        while free < needs:
-            at, gpus = heapq.heappop(p.releases)
-            popped.append((at, gpus))
-            free += gpus
+        popped: list[tuple[datetime, int, int]] = []
+        clock, total = p.clock, sum(p.free)
+        while total < w.gpus or not fits(p.free, per, pods):
+            if not p.releases:  # more held than the nodes have (an inconsistent listing)
+                _give_back(p, popped)
+                self._pending = None
+                return Estimate(name, None, None)
+            at, node, gpus = heapq.heappop(p.releases)
+            popped.append((at, node, gpus))
+            p.free[node] += gpus
+            total += gpus
             clock = max(clock, at)
         assert name is not None
-        self._pending = (name, popped, free, clock)
+        self._pending = (name, popped, clock)
         return Estimate(name, clock, clock + runtime)
 
     def stay(self, w: Workload, estimate: Estimate) -> None:
         if self._pending is None or estimate.start is None or estimate.finish is None:
             return
-        name, _, free, clock = self._pending
+        name, _, clock = self._pending
         p = self._products[name]
-        p.free, p.clock = free - w.gpus, clock
-        heapq.heappush(p.releases, (estimate.finish, w.gpus))
+        p.clock = clock
+        for node in place(p.free, w.gpus_per_pod, w.pods):
+            heapq.heappush(p.releases, (estimate.finish, node, w.gpus_per_pod))
         self._pending = None
 
     def leave(self) -> None:
         if self._pending is not None:
-            name, popped, _, _ = self._pending
-            p = self._products[name]
-            for item in popped:
-                heapq.heappush(p.releases, item)
+            name, popped, _ = self._pending
+            _give_back(self._products[name], popped)
         self._pending = None
+
+
+def _give_back(p: _Product, popped: list[tuple[datetime, int, int]]) -> None:
+    """Undo an estimate: the releases it took go back to wait."""
+    for at, node, gpus in popped:
+        p.free[node] -= gpus
+        heapq.heappush(p.releases, (at, node, gpus))
 
 
 def estimate_all(
@@ -193,42 +266,48 @@ def first_fit_starts(
     product_of: Callable[[Workload], str | None],
 ) -> dict[str, datetime]:
     """When each queued workload starts if the cluster starts, at every release, each waiting
-    workload in queue order that fits (as Kueue's BestEffortFIFO and the kube-scheduler do):
-    those behind a large one take the GPUs it waits for, so it may wait long."""
-    free = dict(onprem.capacity)
-    events: list[tuple[datetime, str, int]] = []
-    for r in onprem.running:
-        if r.accelerator in free:
-            free[r.accelerator] -= r.gpus
-            events.append((expected_end(r, now), r.accelerator, r.gpus))
+    workload in queue order whose pods fit its product's nodes (as Kueue's BestEffortFIFO and
+    the kube-scheduler do): those behind a large one take the GPUs it waits for, so it may wait
+    long."""
+    cluster = products(onprem, now)
+    events: list[tuple[datetime, str, int, int]] = [
+        (at, name, node, gpus) for name, p in cluster.items() for at, node, gpus in p.releases
+    ]
     heapq.heapify(events)
-    # Waiting workloads by product, then by size, each size in queue order: the first in queue
-    # order that fits is the first of one size's line, so a release looks at a few lines, not at
-    # every workload waiting (Philly's queue holds thousands).
-    waiting: dict[str, dict[int, deque[tuple[int, Workload]]]] = {}
+    # Waiting workloads by product, then by pod shape, each shape in queue order: the first in
+    # queue order that fits is the first of one shape's line, so a release looks at a few lines,
+    # not at every workload waiting (Philly's queue holds thousands).
+    waiting: dict[str, dict[tuple[int, int], deque[tuple[int, Workload]]]] = {}
     for order, w in enumerate(queue):
-        p = product_of(w)
-        if p is not None and w.gpus <= onprem.capacity.get(p, 0):
-            waiting.setdefault(p, {}).setdefault(w.gpus, deque()).append((order, w))
+        name = product_of(w)
+        if name in cluster and fits(cluster[name].sizes, w.gpus_per_pod, w.pods):
+            shape = (w.gpus_per_pod, w.pods)
+            waiting.setdefault(name, {}).setdefault(shape, deque()).append((order, w))
     starts: dict[str, datetime] = {}
     at = now
     while True:
-        for p, lines in waiting.items():
-            while free[p] > 0:
-                fits = [line for size, line in lines.items() if line and size <= free[p]]
-                if not fits:
+        for name, lines in waiting.items():
+            p = cluster[name]
+            while True:
+                total, widest = sum(p.free), max(p.free)
+                ready = [
+                    line
+                    for (per, pods), line in lines.items()
+                    if line and per * pods <= total and per <= widest and fits(p.free, per, pods)
+                ]
+                if not ready:
                     break
-                _, w = min(fits, key=lambda line: line[0][0]).popleft()
-                free[p] -= w.gpus
+                _, w = min(ready, key=lambda line: line[0][0]).popleft()
                 starts[w.uid] = at
-                heapq.heappush(events, (at + runtime[w.uid], p, w.gpus))
+                for node in place(p.free, w.gpus_per_pod, w.pods):
+                    heapq.heappush(events, (at + runtime[w.uid], name, node, w.gpus_per_pod))
         if not events:
             return starts
-        at, p, gpus = heapq.heappop(events)
-        free[p] += gpus
+        at, name, node, gpus = heapq.heappop(events)
+        cluster[name].free[node] += gpus
         while events and events[0][0] == at:
-            _, p, gpus = heapq.heappop(events)
-            free[p] += gpus
+            _, name, node, gpus = heapq.heappop(events)
+            cluster[name].free[node] += gpus
 
 
 class FirstFitSweep(Sweep):

@@ -58,6 +58,17 @@ def _out_of_range(s: Snapshot) -> Iterator[str]:
     for accelerator, gpus in s.onprem.capacity.items():
         if gpus < 0:
             yield f"onprem.capacity.{accelerator}: {gpus} GPUs cannot be negative"
+    on_nodes: dict[str, int] = {}
+    for i, n in enumerate(s.onprem.nodes):
+        if n.gpus < 0:
+            yield f"onprem.nodes.{i}.gpus: {n.gpus} GPUs cannot be negative"
+        on_nodes[n.accelerator] = on_nodes.get(n.accelerator, 0) + n.gpus
+    for accelerator, gpus in sorted(on_nodes.items()):
+        if s.onprem.capacity.get(accelerator) != gpus:
+            yield (
+                f"onprem.nodes: {gpus} {accelerator} GPUs on the nodes, but onprem.capacity "
+                f"says {s.onprem.capacity.get(accelerator, 0)}"
+            )
     for i, r in enumerate(s.onprem.running):
         if r.gpus < 0:
             yield f"onprem.running.{i}.gpus: {r.gpus} cannot be negative"

@@ -44,6 +44,13 @@ def trigger(
     if est.start is None:
         have = sweep.capacity(est.product)
         product = est.product or "any GPU"
+        widest = sweep.widest_node(est.product)
+        if widest is not None and w.gpus <= have:
+            return (
+                f"on-prem cannot run it: {w.pods} pod(s) of {w.gpus_per_pod} {product} do not "
+                f"fit its nodes (at most {widest} on one)",
+                "",
+            )
         return (f"on-prem cannot run it: needs {w.gpus} {product}, on-prem has {have}", "")
     if w.deadline is not None and est.finish is not None:
         latest = w.deadline - t.deadline_safety_margin

@@ -24,7 +24,14 @@ from burst.kube.events import EventRecorder
 from burst.kube.quantity import quantity
 from burst.kube.shapes import GPU, PodShape, catalog_gpu, workload_shape
 from burst.kube.watch import Obj, ResourceCache, meta_of, onprem_caches
-from burst.model import GPU_PRODUCT_LABEL, KUEUE_QUEUE_LABEL, OnPrem, RunningWorkload, Workload
+from burst.model import (
+    GPU_PRODUCT_LABEL,
+    KUEUE_QUEUE_LABEL,
+    OnPrem,
+    OnPremNode,
+    RunningWorkload,
+    Workload,
+)
 from burst.runtimes import Learned
 
 DEFAULT_RUNNING = timedelta(hours=4)
@@ -308,6 +315,7 @@ class Observer:
                     shape.gpus,
                     started + (runtime or DEFAULT_RUNNING),
                     started,
+                    (pod.get("spec") or {}).get("nodeName", ""),
                 )
             )
         return running
@@ -337,12 +345,15 @@ class Observer:
         return tuple(sorted(found, key=lambda w: (w.created, w.uid)))
 
     def onprem(self) -> OnPrem:
-        """GPUs per catalog product from the nodes, and what runs on them."""
+        """GPUs per catalog product and per node from the nodes, and what runs on them."""
         self._refresh()
-        capacity = gpu_capacity(list(self.nodes.items.values()))
+        nodes = gpu_nodes(list(self.nodes.items.values()))
+        capacity: dict[str, int] = defaultdict(int)
+        for node in nodes:
+            capacity[node.accelerator] += node.gpus
         with self._lock:
             running = tuple(r for s in self._summaries.values() for r in s.running)
-        return OnPrem(capacity, running)
+        return OnPrem(dict(capacity), running, nodes)
 
 
 def asked_of(shape: PodShape, pods: int) -> dict[str, float]:
@@ -433,12 +444,18 @@ def controller_uid(obj: Obj) -> str | None:
     return next((str(r.get("uid")) for r in refs if r.get("controller")), None)
 
 
-def gpu_capacity(nodes: Iterable[Obj]) -> dict[str, int]:
-    """Allocatable GPUs per catalog product, from the nodes' GPU feature discovery labels."""
-    capacity: dict[str, int] = defaultdict(int)
+def gpu_nodes(nodes: Iterable[Obj]) -> tuple[OnPremNode, ...]:
+    """Each node's allocatable GPUs, by catalog product from its GPU feature discovery label.
+    A cordoned node takes no new pod (the scheduler's NodeUnschedulable filter: kubernetes
+    pkg/scheduler/framework/plugins/nodeunschedulable), so it is left out: what runs there holds
+    none of the GPUs a pending pod could have."""
+    out = []
     for node in nodes:
-        product = catalog_gpu((meta_of(node).get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
+        if (node.get("spec") or {}).get("unschedulable"):
+            continue
+        meta = meta_of(node)
+        product = catalog_gpu((meta.get("labels") or {}).get(GPU_PRODUCT_LABEL, ""))
         alloc = ((node.get("status") or {}).get("allocatable") or {}).get(GPU)
         if product and alloc:
-            capacity[product] += int(quantity(alloc))
-    return dict(capacity)
+            out.append(OnPremNode(meta.get("name", ""), product, int(quantity(alloc))))
+    return tuple(sorted(out, key=lambda n: n.name))

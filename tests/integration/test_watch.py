@@ -13,6 +13,7 @@ from burst.kube.events import EventRecorder
 from burst.kube.observe import Observer, succeeded_in
 from burst.kube.shapes import catalog_gpu
 from burst.kube.watch import ResourceCache
+from burst.model import OnPremNode
 from burst.sandbox import Sandbox, gpu_node
 from burst.sandbox.server import ApiServer
 from tests.conftest import wait_for
@@ -69,6 +70,11 @@ def observer(kube: Any) -> Observer:
 def test_pending_gpu_workloads_and_on_prem_capacity(kube: Any) -> None:
     core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
     core.create_node(gpu_node("v100-0", "Tesla-V100-SXM2-16GB", gpus=4))
+    cordoned = gpu_node("v100-1", "Tesla-V100-SXM2-16GB", gpus=4)
+    cordoned.setdefault("spec", {})["unschedulable"] = (
+        True  # `kubectl cordon`: no new pod lands there
+    )
+    core.create_node(cordoned)
     core.create_namespace({"metadata": {"name": "cms-ml", "labels": {"burst.dev/team": "cms"}}})
     batch.create_namespaced_job("cms-ml", gpu_job("fits", gpus=4))  # runs on-prem
     batch.create_namespaced_job(
@@ -92,8 +98,9 @@ def test_pending_gpu_workloads_and_on_prem_capacity(kube: Any) -> None:
         assert waits.deadline == waits.created + timedelta(hours=6) and waits.cpu_per_pod == 4
         assert pending["held"].burstable and not pending["held"].quota_blocked
         onprem = wait_for(lambda: (o := watch.onprem()).running and o)
-        assert onprem.capacity == {"V100": 4}
-        assert [(r.accelerator, r.gpus) for r in onprem.running] == [("V100", 4)]
+        assert onprem.capacity == {"V100": 4}  # the cordoned node's GPUs take no new pod
+        assert onprem.nodes == (OnPremNode("v100-0", "V100", 4),)
+        assert [(r.accelerator, r.gpus, r.node) for r in onprem.running] == [("V100", 4, "v100-0")]
     finally:
         watch.stop()
 

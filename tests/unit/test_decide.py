@@ -25,6 +25,7 @@ from burst.model import (
     Dispatch,
     OfferKey,
     OnPrem,
+    OnPremNode,
     Plan,
     PoolView,
     ResizePool,
@@ -145,6 +146,19 @@ CASES = [
         Snapshot(workloads=(workload(gpus_per_pod=8, pods=2),), onprem=OnPrem({"V100": 8})),
         lambda p: (
             "on-prem cannot run it: needs 16 V100, on-prem has 8" in dispatches(p)["w1"].reason
+        ),
+    ),
+    Case(
+        "a-pod-wider-than-every-node-bursts",
+        Snapshot(
+            workloads=(workload(gpus_per_pod=8),),
+            onprem=OnPrem(
+                {"V100": 8}, (), (OnPremNode("a", "V100", 4), OnPremNode("b", "V100", 4))
+            ),
+        ),
+        lambda p: (
+            "on-prem cannot run it: 1 pod(s) of 8 V100 do not fit its nodes (at most 4 on one)"
+            in dispatches(p)["w1"].reason
         ),
     ),
     Case(

@@ -123,10 +123,14 @@ def test_a_snapshot_out_of_range_is_refused_naming_each_field() -> None:
     data["workloads"][1]["gpus_per_pod"] = -4
     data["workloads"][2]["expected_runtime"] = "P99999999D"
     data["onprem"]["capacity"]["V100"] = -8
+    data["onprem"]["nodes"][2]["gpus"] = -4
     with pytest.raises(SnapshotError) as refused:
         load_snapshot(json.dumps(data))
     assert str(refused.value).splitlines() == [
         "onprem.capacity.V100: -8 GPUs cannot be negative",
+        "onprem.nodes.2.gpus: -4 GPUs cannot be negative",
+        "onprem.nodes: 0 T4 GPUs on the nodes, but onprem.capacity says 8",
+        "onprem.nodes: 16 V100 GPUs on the nodes, but onprem.capacity says -8",
         "workloads.0.deadline: 0001-01-01T00:00:00+00:00 is outside 1970-2200",
         "workloads.1: 4 pod(s) of -4 GPU(s): pods >= 1, GPUs >= 0",
         "workloads.2.expected_runtime: 99999999 days, 0:00:00 is outside 0 to 3650 days",

@@ -1,5 +1,5 @@
 """onprem.py: the estimate of when a pending workload would start on-prem, under StrictFIFO and
-BestEffortFIFO queueing."""
+BestEffortFIFO queueing, on the cluster's nodes (a pod's GPUs on one node)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burst.decide.onprem import estimate_all
-from burst.model import OnPrem, RunningWorkload
+from burst.model import OnPrem, OnPremNode, RunningWorkload
 from tests.builders import NOW, workload
 
 H = timedelta(hours=1)
@@ -99,53 +99,154 @@ def test_best_effort_gives_no_start_to_a_job_larger_than_its_product() -> None:
     assert est["big"].start is None and est["big"].finish is None
 
 
+# Node boundaries: a pod needs its GPUs on one node (the kube-scheduler's NodeResourcesFit).
+# Two 4-GPU nodes, each with 2 GPUs held: by one run until +1 h on a, another until +2 h on b.
+TWO_NODES = OnPrem(
+    {"V100": 8},
+    (
+        RunningWorkload("ra", "V100", 2, NOW + H, node="a"),
+        RunningWorkload("rb", "V100", 2, NOW + 2 * H, node="b"),
+    ),
+    (OnPremNode("a", "V100", 4), OnPremNode("b", "V100", 4)),
+)
+
+
+def test_a_pod_waits_for_its_gpus_on_one_node_though_enough_are_free_across_nodes() -> None:
+    four = workload("four", gpus_per_pod=4)
+    for queueing in ("StrictFIFO", BE):
+        est = estimate_all(TWO_NODES, [four], {"four": H}, NOW, queueing=queueing)
+        assert est["four"].start == NOW + H, queueing  # node a, once ra ends
+        # Without the node list, the 4 free GPUs looked like room now.
+        flat = OnPrem(TWO_NODES.capacity, TWO_NODES.running)
+        assert estimate_all(flat, [four], {"four": H}, NOW, queueing=queueing)["four"].start == NOW
+
+
+def test_pods_of_one_workload_go_to_different_nodes() -> None:
+    # Two pods of 2 GPUs fit now, one on each node; a third waits for a release.
+    two = workload("two", gpus_per_pod=2, pods=2)
+    three = workload("three", gpus_per_pod=2, pods=3)
+    for queueing in ("StrictFIFO", BE):
+        est = estimate_all(TWO_NODES, [two], {"two": H}, NOW, queueing=queueing)
+        assert est["two"].start == NOW
+        est = estimate_all(TWO_NODES, [three], {"three": H}, NOW, queueing=queueing)
+        assert est["three"].start == NOW + H
+
+
+def test_a_pod_wider_than_every_node_never_starts_though_the_product_has_the_gpus() -> None:
+    eight = workload("eight", gpus_per_pod=8)
+    for queueing in ("StrictFIFO", BE):
+        est = estimate_all(TWO_NODES, [eight], {"eight": H}, NOW, queueing=queueing)
+        assert est["eight"].start is None, queueing
+    # As two pods of 4 it runs once both nodes are free.
+    split = workload("split", gpus_per_pod=4, pods=2)
+    assert estimate_all(TWO_NODES, [split], {"split": H}, NOW)["split"].start == NOW + 2 * H
+
+
+def test_best_effort_lets_a_pod_that_fits_a_node_past_one_that_fits_none_yet() -> None:
+    four = workload("four", gpus_per_pod=4, created=NOW - H)
+    one = workload("one", gpus_per_pod=2)  # fits node b's 2 free GPUs now
+    est = estimate_all(TWO_NODES, [four, one], {"four": H, "one": 3 * H}, NOW, queueing=BE)
+    assert est["one"].start == NOW
+    # Pods go to the first node with room (a model: the kube-scheduler scores nodes): the small
+    # one took a's free half, so the wide one waits for b to empty at +2 h.
+    assert est["four"].start == NOW + 2 * H
+    strict = estimate_all(TWO_NODES, [four, one], {"four": H, "one": 3 * H}, NOW)
+    assert strict["one"].start == NOW + H  # behind the wide one: on a's other half, or b
+
+
 hours = st.integers(0, 6).map(lambda h: h * H)
 
 
 @st.composite
 def queues(draw: st.DrawFn) -> tuple[OnPrem, list, dict[str, timedelta], frozenset[str]]:
     capacity = draw(st.sampled_from([4, 8]))
-    running, held = [], 0
+    # No node list (one node of the product's GPUs), or nodes of 2 or 4 GPUs.
+    width = draw(st.sampled_from([None, 2, 4]))
+    sizes = [capacity] if width is None else [width] * (capacity // width)
+    names = [f"n{k}" for k in range(len(sizes))]
+    free = list(sizes)
+    running = []
     for i in range(draw(st.integers(0, 4))):
         gpus = draw(st.integers(1, 4))
-        if held + gpus <= capacity:
-            held += gpus
-            running.append(RunningWorkload(f"r{i}", "V100", gpus, NOW + draw(hours)))
+        k = draw(st.integers(0, len(sizes) - 1))
+        if gpus <= free[k]:
+            free[k] -= gpus
+            node = names[k] if width else ""
+            running.append(RunningWorkload(f"r{i}", "V100", gpus, NOW + draw(hours), node=node))
     pending = [
-        workload(f"p{i}", gpus_per_pod=draw(st.integers(1, 9)), created=NOW - (20 - i) * H)
+        workload(
+            f"p{i}",
+            gpus_per_pod=draw(st.integers(1, 5)),
+            pods=draw(st.integers(1, 2)),
+            created=NOW - (20 - i) * H,
+        )
         for i in range(draw(st.integers(1, 8)))
     ]
     runtimes = {w.uid: draw(st.integers(1, 6)) * H for w in pending}
     leaving = frozenset(draw(st.lists(st.sampled_from([w.uid for w in pending]))))
-    return OnPrem({"V100": capacity}, tuple(running)), pending, runtimes, leaving
+    nodes = (
+        tuple(OnPremNode(n, "V100", g) for n, g in zip(names, sizes, strict=True)) if width else ()
+    )
+    return OnPrem({"V100": capacity}, tuple(running), nodes), pending, runtimes, leaving
+
+
+def node_sizes(onprem: OnPrem) -> dict[str, int]:
+    return {n.name: n.gpus for n in onprem.nodes} or {"": onprem.capacity["V100"]}
+
+
+def fits_nodes(sizes: list[int], per: int, pods: int) -> bool:
+    """Whether the pods could all be placed, by trying every node for each in turn (not the
+    estimate's rule): an independent check of its answer."""
+    if pods == 0:
+        return True
+    return any(
+        f >= per and fits_nodes([*sizes[:k], f - per, *sizes[k + 1 :]], per, pods - 1)
+        for k, f in enumerate(sizes)
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(queues(), st.sampled_from(["StrictFIFO", "BestEffortFIFO"]))
 def test_every_estimate_is_a_schedule_the_cluster_can_run(scenario, queueing) -> None:
-    """The estimated starts of those that stay never hold more GPUs at once than the product
-    has; under StrictFIFO none starts before one ahead of it; under BestEffortFIFO each starts
-    now or as GPUs are let go, and the first in line no sooner than under StrictFIFO (those
-    behind it may take what it waits for). (Under BestEffortFIFO with some leaving, those
-    estimated before one left were run with it in the queue: a schedule of the queue at each
-    step, not one schedule.)"""
+    """Replayed in time, the estimated starts of those that stay find each pod's GPUs free on
+    one node (first fit, in queue order at one time, as the estimate places them); under
+    StrictFIFO none starts before one ahead of it; under BestEffortFIFO each starts now or as
+    GPUs are let go, and the first in line no sooner than under StrictFIFO (those behind it may
+    take what it waits for). A workload whose pods fit no set of nodes never starts. (Under
+    BestEffortFIFO with some leaving, those estimated before one left were run with it in the
+    queue: a schedule of the queue at each step, not one schedule.)"""
     onprem, pending, runtimes, leaving = scenario
     if queueing == "BestEffortFIFO":
         leaving = frozenset()
     est = estimate_all(onprem, pending, runtimes, NOW, leaving, queueing)
     stays = [w for w in pending if w.uid not in leaving and est[w.uid].start is not None]
-    spans = [(r.expected_end if r.expected_end > NOW else NOW, NOW, r.gpus) for r in onprem.running]
-    spans += [(est[w.uid].finish, est[w.uid].start, w.gpus) for w in stays]
-    for _, at, _ in spans:
-        held = sum(g for end, start, g in spans if start <= at < end)
-        assert held <= onprem.capacity["V100"], (at, spans)
+    sizes = node_sizes(onprem)
+    free = dict(sizes)
+    ends: list[tuple] = []  # (time, node, GPUs)
+    for r in onprem.running:
+        node = r.node or ""
+        free[node] -= r.gpus
+        ends.append((max(r.expected_end, NOW), node, r.gpus))
+    order = {w.uid: i for i, w in enumerate(pending)}
+    for w in sorted(stays, key=lambda w: (est[w.uid].start, order[w.uid])):
+        start = est[w.uid].start
+        for end in [e for e in ends if e[0] <= start]:
+            free[end[1]] += end[2]
+            ends.remove(end)
+        for _ in range(w.pods):
+            node = next((n for n in free if free[n] >= w.gpus_per_pod), None)
+            assert node is not None, (w, start, free)
+            free[node] -= w.gpus_per_pod
+            ends.append((est[w.uid].finish, node, w.gpus_per_pod))
     for w in pending:
-        assert (est[w.uid].start is None) == (w.gpus > onprem.capacity["V100"])
+        never = not fits_nodes(list(sizes.values()), w.gpus_per_pod, w.pods)
+        assert (est[w.uid].start is None) == never, w
     starts = [est[w.uid].start for w in stays]
     if queueing == "StrictFIFO":
         assert starts == sorted(starts)
     elif stays:
         strict = estimate_all(onprem, pending, runtimes, NOW, leaving)
         assert est[stays[0].uid].start >= strict[stays[0].uid].start
-        releases = {NOW} | {end for end, _, _ in spans}
+        releases = {NOW} | {max(r.expected_end, NOW) for r in onprem.running}
+        releases |= {est[w.uid].finish for w in stays}
         assert all(start in releases for start in starts)
