@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -41,36 +41,20 @@ def queue_order(w: Workload) -> tuple[int, datetime, str]:
 def fits(free: Sequence[int], per_pod: int, pods: int) -> bool:
     """Whether `pods` pods of `per_pod` GPUs fit nodes with `free` GPUs each, a pod on one node
     (first fit places them iff the nodes hold that many such pods between them)."""
-    if per_pod <= 0:
-        return True
-    room = 0
-    for f in free:
-        room += max(f, 0) // per_pod
-        if room >= pods:
-            return True
-    return False
+    return per_pod <= 0 or sum(max(f, 0) // per_pod for f in free) >= pods
 
 
-def place(free: list[int], per_pod: int, pods: int) -> list[int]:
-    """First fit: the node of each pod, taken from `free` (which must hold them)."""
-    nodes: list[int] = []
-    for k, f in enumerate(free):
-        while len(nodes) < pods and f >= per_pod:
-            f -= per_pod
-            nodes.append(k)
-        free[k] = f
-    return nodes
-
-
-@dataclass
 class _Product:
-    """A product's nodes: each one's allocatable and free GPUs."""
+    """A product's nodes: each one's size and free GPUs, and how many nodes have each number of
+    GPUs free (so that whether pods fit is a sum over a few counts, not over every node)."""
 
-    names: list[str]
-    sizes: list[int]
-    free: list[int]
-    clock: datetime  # start of the last workload that started here (FIFO: none starts earlier)
-    releases: list[tuple[datetime, int, int]] = field(default_factory=list)  # (time, node, GPUs)
+    def __init__(self, names: list[str], sizes: list[int], now: datetime) -> None:
+        self.names, self.sizes, self.free = names, sizes, list(sizes)
+        self.index = {name: k for k, name in enumerate(names)}
+        self.total = sum(sizes)
+        self.counts: Counter[int] = Counter(max(size, 0) for size in sizes)
+        self.clock = now  # start of the last workload that started here (FIFO: none before)
+        self.releases: list[tuple[datetime, int, int]] = []  # heap of (time, node, GPUs)
 
     def node_of(self, r: RunningWorkload) -> int | None:
         """The node a running workload's GPUs are on: with no node list, the product's one; with
@@ -78,36 +62,58 @@ class _Product:
         GPUs no pending pod can have."""
         if self.names == [""]:
             return 0
-        if r.node in self.names:
-            return self.names.index(r.node)
         if r.node:
-            return None
+            return self.index.get(r.node)
         return next((k for k, f in enumerate(self.free) if f >= r.gpus), 0)
+
+    def add(self, k: int, gpus: int) -> None:
+        """Node k lets `gpus` go (negative: takes them)."""
+        f = self.free[k]
+        self.counts[max(f, 0)] -= 1
+        self.counts[max(f + gpus, 0)] += 1
+        self.free[k] = f + gpus
+        self.total += gpus
+
+    def fits(self, per_pod: int, pods: int) -> bool:
+        if per_pod <= 0:
+            return True
+        if per_pod * pods > self.total:
+            return False
+        return sum(n * (f // per_pod) for f, n in self.counts.items()) >= pods
+
+    def place(self, per_pod: int, pods: int) -> list[int]:
+        """First fit: the node of each pod, taken (they must fit)."""
+        nodes: list[int] = []
+        for k, f in enumerate(self.free):
+            took = min(pods - len(nodes), max(f, 0) // per_pod) if per_pod > 0 else 0
+            if took:
+                nodes += [k] * took
+                self.add(k, -took * per_pod)
+            if len(nodes) == pods:
+                break
+        return nodes
 
 
 def products(onprem: OnPrem, now: datetime) -> dict[str, _Product]:
     """Each product's nodes from the node list; a product with none listed is one node of its
     capacity (no boundaries known)."""
-    out: dict[str, _Product] = {}
+    listed: dict[str, tuple[list[str], list[int]]] = {}
     for node in onprem.nodes:
-        p = out.setdefault(node.accelerator, _Product([], [], [], now))
-        p.names.append(node.name)
-        p.sizes.append(node.gpus)
-        p.free.append(node.gpus)
+        names, sizes = listed.setdefault(node.accelerator, ([], []))
+        names.append(node.name)
+        sizes.append(node.gpus)
     for product, capacity in onprem.capacity.items():
-        if product not in out:
-            out[product] = _Product([""], [capacity], [capacity], now)
+        listed.setdefault(product, ([""], [capacity]))
+    out = {name: _Product(*nodes, now) for name, nodes in sorted(listed.items())}
     for r in onprem.running:
-        if r.accelerator in out:
-            p = out[r.accelerator]
-            k = p.node_of(r)
-            if k is None:
-                continue
-            p.free[k] -= r.gpus
+        p = out.get(r.accelerator)
+        k = None if p is None else p.node_of(r)
+        if p is not None and k is not None:
+            p.add(k, -r.gpus)
             p.releases.append((expected_end(r, now), k, r.gpus))
     for p in out.values():
         heapq.heapify(p.releases)  # linear, where a push per running workload is not
-    return dict(sorted(out.items()))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,16 +202,15 @@ class QueueSweep(Sweep):
             self._pending = None
             return Estimate(name, None, None)
         popped: list[tuple[datetime, int, int]] = []
-        clock, total = p.clock, sum(p.free)
-        while total < w.gpus or not fits(p.free, per, pods):
+        clock = p.clock
+        while not p.fits(per, pods):
             if not p.releases:  # more held than the nodes have (an inconsistent listing)
                 _give_back(p, popped)
                 self._pending = None
                 return Estimate(name, None, None)
             at, node, gpus = heapq.heappop(p.releases)
             popped.append((at, node, gpus))
-            p.free[node] += gpus
-            total += gpus
+            p.add(node, gpus)
             clock = max(clock, at)
         assert name is not None
         self._pending = (name, popped, clock)
@@ -217,7 +222,7 @@ class QueueSweep(Sweep):
         name, _, clock = self._pending
         p = self._products[name]
         p.clock = clock
-        for node in place(p.free, w.gpus_per_pod, w.pods):
+        for node in p.place(w.gpus_per_pod, w.pods):
             heapq.heappush(p.releases, (estimate.finish, node, w.gpus_per_pod))
         self._pending = None
 
@@ -231,7 +236,7 @@ class QueueSweep(Sweep):
 def _give_back(p: _Product, popped: list[tuple[datetime, int, int]]) -> None:
     """Undo an estimate: the releases it took go back to wait."""
     for at, node, gpus in popped:
-        p.free[node] -= gpus
+        p.add(node, -gpus)
         heapq.heappush(p.releases, (at, node, gpus))
 
 
@@ -288,26 +293,21 @@ def first_fit_starts(
     while True:
         for name, lines in waiting.items():
             p = cluster[name]
-            while True:
-                total, widest = sum(p.free), max(p.free)
-                ready = [
-                    line
-                    for (per, pods), line in lines.items()
-                    if line and per * pods <= total and per <= widest and fits(p.free, per, pods)
-                ]
+            while p.total > 0:
+                ready = [line for (per, pods), line in lines.items() if line and p.fits(per, pods)]
                 if not ready:
                     break
                 _, w = min(ready, key=lambda line: line[0][0]).popleft()
                 starts[w.uid] = at
-                for node in place(p.free, w.gpus_per_pod, w.pods):
+                for node in p.place(w.gpus_per_pod, w.pods):
                     heapq.heappush(events, (at + runtime[w.uid], name, node, w.gpus_per_pod))
         if not events:
             return starts
         at, name, node, gpus = heapq.heappop(events)
-        cluster[name].free[node] += gpus
+        cluster[name].add(node, gpus)
         while events and events[0][0] == at:
             _, name, node, gpus = heapq.heappop(events)
-            cluster[name].free[node] += gpus
+            cluster[name].add(node, gpus)
 
 
 class FirstFitSweep(Sweep):

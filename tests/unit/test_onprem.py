@@ -205,12 +205,37 @@ def fits_nodes(sizes: list[int], per: int, pods: int) -> bool:
     )
 
 
+def placeable(stays: list, est: dict, sizes: dict[str, int], held: list[tuple]) -> bool:
+    """Whether every pod of `stays` (by start) can have a node whose GPUs are free for its whole
+    run, given what `held` (node, GPUs, from, to) holds: a search over every choice of nodes, not
+    the estimate's first fit (a node's load grows only at a start, so each start is checked)."""
+    if not stays:
+        return True
+    w, rest = stays[0], stays[1:]
+    start, finish = est[w.uid].start, est[w.uid].finish
+
+    def pods(left: int, first: int, held: list[tuple]) -> bool:
+        if left == 0:
+            return placeable(rest, est, sizes, held)
+        names = list(sizes)
+        for k in range(first, len(names)):
+            node = names[k]
+            took = [h for h in held if h[0] == node and h[2] <= start < h[3]]
+            if sizes[node] - sum(h[1] for h in took) >= w.gpus_per_pod and pods(
+                left - 1, k, [*held, (node, w.gpus_per_pod, start, finish)]
+            ):
+                return True
+        return False
+
+    return pods(w.pods, 0, held)
+
+
 @settings(max_examples=300, deadline=None)
 @given(queues(), st.sampled_from(["StrictFIFO", "BestEffortFIFO"]))
 def test_every_estimate_is_a_schedule_the_cluster_can_run(scenario, queueing) -> None:
-    """Replayed in time, the estimated starts of those that stay find each pod's GPUs free on
-    one node (first fit, in queue order at one time, as the estimate places them); under
-    StrictFIFO none starts before one ahead of it; under BestEffortFIFO each starts now or as
+    """The estimated starts of those that stay leave each pod a node with its GPUs free for its
+    whole run (searched for, not placed the estimate's way); under StrictFIFO none starts
+    before one ahead of it; under BestEffortFIFO each starts now or as
     GPUs are let go, and the first in line no sooner than under StrictFIFO (those behind it may
     take what it waits for). A workload whose pods fit no set of nodes never starts. (Under
     BestEffortFIFO with some leaving, those estimated before one left were run with it in the
@@ -221,23 +246,10 @@ def test_every_estimate_is_a_schedule_the_cluster_can_run(scenario, queueing) ->
     est = estimate_all(onprem, pending, runtimes, NOW, leaving, queueing)
     stays = [w for w in pending if w.uid not in leaving and est[w.uid].start is not None]
     sizes = node_sizes(onprem)
-    free = dict(sizes)
-    ends: list[tuple] = []  # (time, node, GPUs)
-    for r in onprem.running:
-        node = r.node or ""
-        free[node] -= r.gpus
-        ends.append((max(r.expected_end, NOW), node, r.gpus))
+    held = [(r.node or "", r.gpus, NOW, max(r.expected_end, NOW)) for r in onprem.running]
     order = {w.uid: i for i, w in enumerate(pending)}
-    for w in sorted(stays, key=lambda w: (est[w.uid].start, order[w.uid])):
-        start = est[w.uid].start
-        for end in [e for e in ends if e[0] <= start]:
-            free[end[1]] += end[2]
-            ends.remove(end)
-        for _ in range(w.pods):
-            node = next((n for n in free if free[n] >= w.gpus_per_pod), None)
-            assert node is not None, (w, start, free)
-            free[node] -= w.gpus_per_pod
-            ends.append((est[w.uid].finish, node, w.gpus_per_pod))
+    by_start = sorted(stays, key=lambda w: (est[w.uid].start, order[w.uid]))
+    assert placeable(by_start, est, sizes, held), (stays, est)
     for w in pending:
         never = not fits_nodes(list(sizes.values()), w.gpus_per_pod, w.pods)
         assert (est[w.uid].start is None) == never, w
