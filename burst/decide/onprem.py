@@ -44,27 +44,16 @@ def fits(free: Sequence[int], per_pod: int, pods: int) -> bool:
     return per_pod <= 0 or sum(max(f, 0) // per_pod for f in free) >= pods
 
 
-class _Product:
-    """A product's nodes: each one's size and free GPUs, and how many nodes have each number of
-    GPUs free (so that whether pods fit is a sum over a few counts, not over every node)."""
+class Nodes:
+    """One product's nodes: each one's size and free GPUs, and how many nodes have each number
+    of GPUs free (so that whether pods fit is a sum over a few counts, not over every node).
+    The estimate and the simulator's cluster both keep their nodes so."""
 
-    def __init__(self, names: list[str], sizes: list[int], now: datetime) -> None:
+    def __init__(self, names: list[str], sizes: list[int]) -> None:
         self.names, self.sizes, self.free = names, sizes, list(sizes)
         self.index = {name: k for k, name in enumerate(names)}
         self.total = sum(sizes)
         self.counts: Counter[int] = Counter(max(size, 0) for size in sizes)
-        self.clock = now  # start of the last workload that started here (FIFO: none before)
-        self.releases: list[tuple[datetime, int, int]] = []  # heap of (time, node, GPUs)
-
-    def node_of(self, r: RunningWorkload) -> int | None:
-        """The node a running workload's GPUs are on: with no node list, the product's one; with
-        its node unknown, the first with room; None on a node not listed (cordoned, say), whose
-        GPUs no pending pod can have."""
-        if self.names == [""]:
-            return 0
-        if r.node:
-            return self.index.get(r.node)
-        return next((k for k, f in enumerate(self.free) if f >= r.gpus), 0)
 
     def add(self, k: int, gpus: int) -> None:
         """Node k lets `gpus` go (negative: takes them)."""
@@ -92,6 +81,25 @@ class _Product:
             if len(nodes) == pods:
                 break
         return nodes
+
+
+class _Product(Nodes):
+    """A product's nodes as the estimate walks the queue forward."""
+
+    def __init__(self, names: list[str], sizes: list[int], now: datetime) -> None:
+        super().__init__(names, sizes)
+        self.clock = now  # start of the last workload that started here (FIFO: none before)
+        self.releases: list[tuple[datetime, int, int]] = []  # heap of (time, node, GPUs)
+
+    def node_of(self, r: RunningWorkload) -> int | None:
+        """The node a running workload's GPUs are on: with no node list, the product's one; with
+        its node unknown, the first with room; None on a node not listed (cordoned, say), whose
+        GPUs no pending pod can have."""
+        if self.names == [""]:
+            return 0
+        if r.node:
+            return self.index.get(r.node)
+        return next((k for k, f in enumerate(self.free) if f >= r.gpus), 0)
 
 
 def products(onprem: OnPrem, now: datetime) -> dict[str, _Product]:

@@ -1,10 +1,10 @@
-"""The simulated on-prem cluster, as the ServiceConfig's `onPrem.queueing` says the real one
-starts waiting jobs (decide/onprem.py estimates the same): StrictFIFO, nothing past the head; or
-BestEffortFIFO, first fit in queue order (also for a policy that schedules on-prem so:
-starburst). A job that arrives queues (or is marked as one only a cloud can run), starts when it
-reaches the head and its GPUs are free, and leaves the queue when a policy sends it to a cloud.
-The jobs still waiting are kept in queue order as they come and go, for the decisions to read
-(views.py)."""
+"""The simulated on-prem cluster, on nodes (a pod's GPUs on one node, placed first fit), as the
+ServiceConfig's `onPrem.queueing` says the real one starts waiting jobs (decide/onprem.py
+estimates the same): StrictFIFO, nothing past the head; or BestEffortFIFO, first fit in queue
+order (also for a policy that schedules on-prem so: starburst). A job that arrives queues (or is
+marked as one only a cloud can run), starts when it reaches the head and its pods fit, and leaves
+the queue when a policy sends it to a cloud. The jobs still waiting are kept in queue order as
+they come and go, for the decisions to read (views.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import heapq
 from bisect import bisect_left, insort
 from typing import Protocol
 
+from burst.decide.onprem import fits
 from burst.model import RunningWorkload
 from burst.sim.state import WorldState, told_runtime
 from burst.sim.trace import SimJob
@@ -24,7 +25,7 @@ class Waking(Protocol):
 class OnPremQueue(WorldState):
     def _arrive(self, i: int, policy: Waking) -> None:
         job = self.jobs[i]
-        too_big = job.spec.gpus > self.capacity[self.product]
+        too_big = not fits(self.nodes.sizes, job.spec.gpus_per_pod, job.spec.pods)
         if too_big:
             self.never_fits.add(i)
         self._wait(i)
@@ -47,23 +48,24 @@ class OnPremQueue(WorldState):
             if job.state != "queued":  # it left for a cloud
                 heapq.heappop(self.queue)
                 continue
-            if job.spec.gpus > self.free[self.product]:
+            if not self.nodes.fits(job.spec.gpus_per_pod, job.spec.pods):
                 return  # nothing overtakes the head
             heapq.heappop(self.queue)
             self._start(i)
 
     def _start_first_fit(self) -> None:
         """Out of order, as Starburst schedules on-prem: each queued job, in queue order, starts if
-        its GPUs are free, a small job past a big one that does not fit."""
+        its pods fit the nodes' free GPUs, a small job past a big one that does not fit."""
         for i in list(self.waiting_fits):
-            if self.free[self.product] == 0:
+            if self.nodes.total == 0:
                 return
-            if self.jobs[i].spec.gpus <= self.free[self.product]:
+            spec = self.jobs[i].spec
+            if self.nodes.fits(spec.gpus_per_pod, spec.pods):
                 self._start(i)
 
     def _start(self, i: int) -> None:
         job = self.jobs[i]
-        self.free[self.product] -= job.spec.gpus
+        self.placed[i] = self.nodes.place(job.spec.gpus_per_pod, job.spec.pods)
         if job.planned_pool is not None:  # it started here before its pool was ready
             self._unplan(i)
         job.state, job.started = "onprem", self.now
@@ -72,8 +74,12 @@ class OnPremQueue(WorldState):
         # The decision expects it to end when the runtime it was told says (not when it will).
         told = told_runtime(self, i) or self.default_runtime
         expected = self.dt(self.now + told)
-        self.running[i] = RunningWorkload(
-            str(i), self.product, job.spec.gpus, expected, self.dt(self.now)
+        started, names = self.dt(self.now), self.nodes.names
+        self.running[i] = tuple(
+            RunningWorkload(
+                f"{i}-{n}", self.product, job.spec.gpus_per_pod, expected, started, names[k]
+            )
+            for n, k in enumerate(self.placed[i])
         )
         self._at(end, "onprem-end", i)
 
@@ -82,7 +88,8 @@ class OnPremQueue(WorldState):
         job.state, job.finished = "done", self.now
         self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         del self.running[i]
-        self.free[self.product] += job.spec.gpus
+        for k in self.placed.pop(i):
+            self.nodes.add(k, job.spec.gpus_per_pod)
         self.onprem_gpu_s += job.spec.gpus * job.spec.duration
         self._start_onprem()
 

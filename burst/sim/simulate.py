@@ -232,7 +232,11 @@ class Burst:
         snapshot = Snapshot(
             taken_at=now,
             workloads=world.queued_workloads(),
-            onprem=OnPrem(dict(world.capacity), tuple(world.running.values())),
+            onprem=OnPrem(
+                dict(world.capacity),
+                tuple(r for pods in world.running.values() for r in pods),
+                world.onprem_nodes,
+            ),
             pools=world.pool_views(),
             budgets=world.budget_views(),
             unavailable=tuple(world.unavailable.current()),

@@ -17,10 +17,19 @@ from typing import Literal
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.config import Config
-from burst.model import BudgetView, Cloud, OfferKey, PoolView, RunningWorkload, Workload
+from burst.decide.onprem import Nodes
+from burst.model import (
+    BudgetView,
+    Cloud,
+    OfferKey,
+    OnPremNode,
+    PoolView,
+    RunningWorkload,
+    Workload,
+)
 from burst.money import ledger
 from burst.runtimes import Learned
-from burst.sim.trace import SimJob
+from burst.sim.trace import NODE_GPUS, SimJob
 from providers.sim import LATENCY, Latency
 
 START = datetime(2026, 1, 5, tzinfo=UTC)  # virtual time 0, a Monday: budget weeks line up
@@ -196,9 +205,17 @@ class WorldState:
         self.rng = random.Random(seed)  # noqa: S311 (simulation, not security)
         self.tick = max(1, int(self.service.intervals.reconcile.total_seconds()))
         self.capacity = dict(onprem)
-        self.free = dict(onprem)
         # Trace jobs ask for no GPU product: they queue for the largest one (as decide/onprem.py assumes).
         self.product = max(sorted(onprem), key=lambda p: onprem[p])
+        # Its nodes of NODE_GPUS each (the last one smaller if the GPUs do not divide): a pod
+        # needs its GPUs on one node, as the cluster's scheduler places it.
+        whole, rest = divmod(onprem[self.product], NODE_GPUS)
+        sizes = [NODE_GPUS] * whole + ([rest] if rest else [])
+        names = [f"onprem-{k:04d}" for k in range(len(sizes))]
+        self.nodes = Nodes(names, sizes)
+        self.onprem_nodes = tuple(
+            OnPremNode(n, self.product, g) for n, g in zip(names, sizes, strict=True)
+        )
         self.jobs = [Job(j) for j in sorted(jobs, key=lambda j: (j.submit, j.job_id))]
         self.queue: list[tuple[int, int]] = []  # heap of (submit, index): strict FIFO
         self.never_fits: set[int] = set()  # too big for on-prem: only a cloud can run them
@@ -210,7 +227,9 @@ class WorldState:
         # On-prem first fit in queue order (queue.py): the cluster's queueing, or a policy's choice
         self.best_effort = self.service.on_prem.queueing == "BestEffortFIFO"
         self.out_of_order = self.best_effort
-        self.running: dict[int, RunningWorkload] = {}  # on-prem, by job index
+        # on-prem, by job index: its pods as the decision sees them, and the node of each
+        self.running: dict[int, tuple[RunningWorkload, ...]] = {}
+        self.placed: dict[int, list[int]] = {}
         self.pools: dict[str, Pool] = {}  # live ones, by name
         self.pool_list: list[Pool] = []  # every pool ever made, by id
         # The decision's view of each live pool, in the order of `pools` (views.py builds them):

@@ -49,6 +49,30 @@ def test_never_is_strict_fifo_on_prem() -> None:
     assert out.cost_usd_micros == 0 and out.pools_created == 0
 
 
+def test_the_cluster_places_each_pod_on_one_node() -> None:
+    # 16 GPUs are two nodes of 8. a (6 GPUs) and b (6) take 6 of each; c (4 GPUs, one pod)
+    # finds 4 free but 2 on each node, and waits for a to end at 1000; d (4 GPUs as two pods of
+    # 2) fits at once, one pod on each node's 2.
+    jobs = [
+        job("a", 0, 1000, 6, 10_000),
+        job("b", 0, 2000, 6, 10_000),
+        job("c", 10, 50, 4, 10_000),
+        SimJob("d", 20, 50, 4, 2, 2, 10_000, "cms-ml"),
+    ]
+    for queueing, starts in (
+        ("StrictFIFO", [0, 0, 1000, 1000]),
+        ("BestEffortFIFO", [0, 0, 1000, 20]),
+    ):
+        cfg = compare.with_queueing(CFG, queueing)
+        world = simulate.World(jobs, {"V100": 16}, cfg, OFFERS, seed=1, clouds=STEADY)
+        world.run(baselines.Never())
+        assert [j.started for j in world.jobs] == starts, queueing
+    # A pod wider than any node never runs on-prem, though the GPUs are there.
+    world = simulate.World([job("wide", 0, 50, 16, 10_000)], {"V100": 16}, CFG, OFFERS, seed=1)
+    world.run(baselines.Never())
+    assert world.never_fits == {0} and world.jobs[0].started is None
+
+
 def test_starburst_runs_on_prem_out_of_order_and_caps_the_queue() -> None:
     # 8 GPUs: a holds 6 until 1000; b (4 GPUs) cannot start, c (2) can. In strict FIFO c waits
     # behind b; out of order c runs at once, past b.
