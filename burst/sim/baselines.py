@@ -76,29 +76,28 @@ class Waiting:
         # Every target of the policy, as burst may use (caps and targets are the policy's; its
         # budgets bind burst alone: a baseline has no ledger to count against them).
         self._targets = target_regions(config, policy.spec.placement.targets)
-        cap = price_cap_usd_micros(config, policy)
-        self._offers = [
-            o
-            for o in catalog.query(
-                allowed_accelerators(policy, None, catalog),
-                capacity="on-demand",
-                regions=set(self._targets),
-            )
-            if cap is None or o.hourly.micros <= cap
-        ]
-        self._choices: dict[tuple[int, int], _Choice | None] = {}
+        self._catalog, self._cap = catalog, price_cap_usd_micros(config, policy)
+        self._choices: dict[tuple[int, int, str | None], _Choice | None] = {}
         self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
         self._made = 0
 
     def wake_at(self, job: SimJob) -> float | None:
         return job.submit + self.wait(job)
 
-    def _choice(self, job: SimJob) -> _Choice | None:
-        """The cheapest on-demand nodes for the job's pods (cached per pod shape)."""
-        shape = (job.gpus_per_pod, job.pods)
+    def _choice(self, job: SimJob, asks: str | None) -> _Choice | None:
+        """The cheapest on-demand nodes for the job's pods, of a GPU the policy allows for the
+        product it asks for (cached per pod shape and product)."""
+        shape = (job.gpus_per_pod, job.pods, asks)
         if shape not in self._choices:
             best: _Choice | None = None
-            for o in self._offers:
+            offers = self._catalog.query(
+                allowed_accelerators(self.policy, asks, self._catalog),
+                capacity="on-demand",
+                regions=set(self._targets),
+            )
+            for o in offers:
+                if self._cap is not None and o.hourly.micros > self._cap:
+                    continue
                 per_node = o.gpus // job.gpus_per_pod
                 if per_node == 0:
                     continue
@@ -130,7 +129,7 @@ class Waiting:
             waited = world.now - job.spec.submit >= self.wait(job.spec)
             if job.planned_pool is not None or not (waited or capped):
                 continue
-            choice = self._choice(job.spec)
+            choice = self._choice(job.spec, world.asks[i])
             if choice is None:
                 continue
             spec = job.spec

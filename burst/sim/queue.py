@@ -25,47 +25,51 @@ class Waking(Protocol):
 class OnPremQueue(WorldState):
     def _arrive(self, i: int, policy: Waking) -> None:
         job = self.jobs[i]
-        too_big = not fits(self.nodes.sizes, job.spec.gpus_per_pod, job.spec.pods)
+        product = self.product_of[i]
+        too_big = not fits(self.clusters[product].sizes, job.spec.gpus_per_pod, job.spec.pods)
         if too_big:
             self.never_fits.add(i)
         self._wait(i)
         if not too_big:
-            heapq.heappush(self.queue, (job.spec.submit, i))
-            self._start_onprem()
+            heapq.heappush(self.queues[product], (job.spec.submit, i))
+            self._start_onprem(product)
         if job.state == "queued":
             self.decide_at(self.now)
             wake = policy.wake_at(job.spec)
             if wake is not None:
                 self._at(wake, "wake", i)
 
-    def _start_onprem(self) -> None:
+    def _start_onprem(self, product: str) -> None:
+        """Start what `product`'s nodes now take (their GPUs were let go, or a job came)."""
         if self.out_of_order:
             self._start_first_fit()
             return
-        while self.queue:
-            _, i = self.queue[0]
+        queue, nodes = self.queues[product], self.clusters[product]
+        while queue:
+            _, i = queue[0]
             job = self.jobs[i]
             if job.state != "queued":  # it left for a cloud
-                heapq.heappop(self.queue)
+                heapq.heappop(queue)
                 continue
-            if not self.nodes.fits(job.spec.gpus_per_pod, job.spec.pods):
+            if not nodes.fits(job.spec.gpus_per_pod, job.spec.pods):
                 return  # nothing overtakes the head
-            heapq.heappop(self.queue)
+            heapq.heappop(queue)
             self._start(i)
 
     def _start_first_fit(self) -> None:
         """Out of order, as Starburst schedules on-prem: each queued job, in queue order, starts if
         its pods fit the nodes' free GPUs, a small job past a big one that does not fit."""
         for i in list(self.waiting_fits):
-            if self.nodes.total == 0:
+            if not any(nodes.total for nodes in self.clusters.values()):
                 return
             spec = self.jobs[i].spec
-            if self.nodes.fits(spec.gpus_per_pod, spec.pods):
+            if self.clusters[self.product_of[i]].fits(spec.gpus_per_pod, spec.pods):
                 self._start(i)
 
     def _start(self, i: int) -> None:
-        job = self.jobs[i]
-        self.placed[i] = self.nodes.place(job.spec.gpus_per_pod, job.spec.pods)
+        job, product = self.jobs[i], self.product_of[i]
+        nodes = self.clusters[product]
+        self.placed[i] = nodes.place(job.spec.gpus_per_pod, job.spec.pods)
         if job.planned_pool is not None:  # it started here before its pool was ready
             self._unplan(i)
         job.state, job.started = "onprem", self.now
@@ -74,10 +78,10 @@ class OnPremQueue(WorldState):
         # The decision expects it to end when the runtime it was told says (not when it will).
         told = told_runtime(self, i) or self.default_runtime
         expected = self.dt(self.now + told)
-        started, names = self.dt(self.now), self.nodes.names
+        started = self.dt(self.now)
         self.running[i] = tuple(
             RunningWorkload(
-                f"{i}-{n}", self.product, job.spec.gpus_per_pod, expected, started, names[k]
+                f"{i}-{n}", product, job.spec.gpus_per_pod, expected, started, nodes.names[k]
             )
             for n, k in enumerate(self.placed[i])
         )
@@ -88,10 +92,11 @@ class OnPremQueue(WorldState):
         job.state, job.finished = "done", self.now
         self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         del self.running[i]
+        product = self.product_of[i]
         for k in self.placed.pop(i):
-            self.nodes.add(k, job.spec.gpus_per_pod)
+            self.clusters[product].add(k, job.spec.gpus_per_pod)
         self.onprem_gpu_s += job.spec.gpus * job.spec.duration
-        self._start_onprem()
+        self._start_onprem(product)
 
     def queued(self) -> list[int]:
         """Jobs still waiting, in queue order (those too big for on-prem last)."""
@@ -117,5 +122,5 @@ class OnPremQueue(WorldState):
         self._wait(i)
         if i in self.never_fits:
             return
-        heapq.heappush(self.queue, (job.spec.submit, i))
-        self._start_onprem()
+        heapq.heappush(self.queues[self.product_of[i]], (job.spec.submit, i))
+        self._start_onprem(self.product_of[i])

@@ -29,7 +29,7 @@ from burst.model import (
 )
 from burst.money import ledger
 from burst.runtimes import Learned
-from burst.sim.trace import NODE_GPUS, SimJob
+from burst.sim.trace import NODE_GPUS, SimJob, products_asked
 from providers.sim import LATENCY, Latency
 
 START = datetime(2026, 1, 5, tzinfo=UTC)  # virtual time 0, a Monday: budget weeks line up
@@ -205,19 +205,25 @@ class WorldState:
         self.rng = random.Random(seed)  # noqa: S311 (simulation, not security)
         self.tick = max(1, int(self.service.intervals.reconcile.total_seconds()))
         self.capacity = dict(onprem)
-        # Trace jobs ask for no GPU product: they queue for the largest one (as decide/onprem.py assumes).
-        self.product = max(sorted(onprem), key=lambda p: onprem[p])
-        # Its nodes of NODE_GPUS each (the last one smaller if the GPUs do not divide): a pod
-        # needs its GPUs on one node, as the cluster's scheduler places it.
-        whole, rest = divmod(onprem[self.product], NODE_GPUS)
-        sizes = [NODE_GPUS] * whole + ([rest] if rest else [])
-        names = [f"onprem-{k:04d}" for k in range(len(sizes))]
-        self.nodes = Nodes(names, sizes)
-        self.onprem_nodes = tuple(
-            OnPremNode(n, self.product, g) for n, g in zip(names, sizes, strict=True)
-        )
+        # Each product's nodes of NODE_GPUS GPUs (the last one smaller if they do not divide):
+        # a pod needs its GPUs on one node, as the cluster's scheduler places it.
+        self.clusters: dict[str, Nodes] = {}
+        nodes: list[OnPremNode] = []
+        for product, gpus in sorted(onprem.items()):
+            whole, rest = divmod(gpus, NODE_GPUS)
+            sizes = [NODE_GPUS] * whole + ([rest] if rest else [])
+            names = [f"onprem-{product.lower()}-{k:04d}" for k in range(len(sizes))]
+            self.clusters[product] = Nodes(names, sizes)
+            nodes += [OnPremNode(n, product, g) for n, g in zip(names, sizes, strict=True)]
+        self.onprem_nodes = tuple(nodes)
         self.jobs = [Job(j) for j in sorted(jobs, key=lambda j: (j.submit, j.job_id))]
-        self.queue: list[tuple[int, int]] = []  # heap of (submit, index): strict FIFO
+        # The product each job asks for (trace.py's rule; None: any, and it queues for the
+        # largest product, as decide/onprem.py assumes) and the one it queues for.
+        self.asks = products_asked([j.spec for j in self.jobs], onprem, seed)
+        largest = max(sorted(onprem), key=lambda p: onprem[p])
+        self.product_of = [a or largest for a in self.asks]
+        # heaps of (submit, index) per product: strict FIFO
+        self.queues: dict[str, list[tuple[int, int]]] = {p: [] for p in onprem}
         self.never_fits: set[int] = set()  # too big for on-prem: only a cloud can run them
         self.waiting: set[int] = set()  # every queued job (index order is submit order)
         # ... and the same jobs kept sorted as they come and go (queue.py), so that a decision

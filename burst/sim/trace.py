@@ -16,6 +16,11 @@ deadlines, teams or GPU types, so this module derives them by documented, seeded
 - **Pods**: jobs of up to 8 GPUs are one pod; larger ones are split into pods of at most 8 GPUs
   (a 128-GPU Philly job is 16 pods of 8), as distributed training jobs are.
 - Fractional GPU pods (Alibaba's `gpu_milli < 1000`) are rounded up to one whole GPU.
+- **GPU product**: with one product on-prem, a job asks for none (it runs on any GPU node, as a
+  trace job names none); with several (`--onprem V100:32,T4:16`), each asks for one, drawn with
+  odds in proportion to each product's GPUs among those whose nodes can hold its pods, by a hash
+  of the job id and the seed, and waits for that product's nodes (and bursts to the GPUs the
+  policy allows in its place).
 - **On-prem capacity**, when not given: 0.8 x the trace's mean GPU demand (GPU-seconds over the
   submit span), rounded up to whole 8-GPU nodes (and never smaller than the largest job): less than
   the offered load, so that without bursting the queue grows, and bursting has real work to do.
@@ -27,7 +32,7 @@ import csv
 import hashlib
 import math
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +165,31 @@ def derive(
                 _team(j.owner, teams),
             )
         )
+    return out
+
+
+def products_asked(
+    jobs: Sequence[SimJob], onprem: Mapping[str, int], seed: int
+) -> list[str | None]:
+    """The GPU product each job asks for: none with one product on-prem; with several, one drawn
+    with odds in proportion to each product's GPUs, among those whose nodes can hold its pods,
+    by a hash of the job id and the seed."""
+    if len(onprem) < 2:
+        return [None] * len(jobs)
+    out: list[str | None] = []
+    for j in jobs:
+        fit = {
+            p: g
+            for p, g in sorted(onprem.items())
+            if min(g, NODE_GPUS) >= j.gpus_per_pod and g >= j.gpus
+        } or {max(sorted(onprem), key=lambda p: onprem[p]): 1}
+        digest = hashlib.blake2b(f"{seed}:{j.job_id}".encode(), digest_size=8).digest()
+        draw = int.from_bytes(digest, "big") % sum(fit.values())
+        for product, gpus in fit.items():
+            if draw < gpus:
+                out.append(product)
+                break
+            draw -= gpus
     return out
 
 

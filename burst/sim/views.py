@@ -70,6 +70,7 @@ class Views(CloudPools):
                 pods=s.pods,
                 created=submitted,
                 pending_since=submitted,
+                accelerator=self.asks[i],
                 burstable=True,
                 deadline=self.dt(s.deadline),
                 expected_runtime=None if told is None else timedelta(seconds=told),

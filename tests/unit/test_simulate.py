@@ -336,3 +336,18 @@ def test_what_burst_is_told_of_runtimes_changes_its_decisions_not_the_jobs() -> 
     assert learned[0] is None  # nothing had finished yet
     assert any(t is not None for t in learned)  # later ones learned from those before
     assert exact == replay(simulate.Burst(CFG), jobs)[1]  # exact is the default
+
+
+def test_each_product_on_prem_runs_the_jobs_that_ask_for_it() -> None:
+    # 8 V100s and 8 T4s: 1-GPU jobs of an hour, two a minute, never burst. Every job queued for
+    # the V100s before; now about half ask for the T4s, and both products run work.
+    jobs = [job(f"j{i:03d}", 30 * i, 3600, 1, 10**6) for i in range(200)]
+    world = simulate.World(jobs, {"V100": 8, "T4": 8}, CFG, OFFERS, seed=1, clouds=STEADY)
+    world.run(baselines.Never())
+    asked = {a: world.asks.count(a) for a in ("V100", "T4")}
+    assert 70 < asked["T4"] < 130 and asked["V100"] + asked["T4"] == 200
+    assert all(j.finished is not None for j in world.jobs)
+    # Both products busy: the last job ends about when 200 GPU-hours on 16 GPUs take, not 8.
+    assert max(j.finished for j in world.jobs) < 15 * 3600
+    # The decision sees what each asks for and where its pods run.
+    assert {world.workload(i).accelerator for i in range(200)} == {"V100", "T4"}

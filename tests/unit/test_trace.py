@@ -63,3 +63,15 @@ def test_the_default_on_prem_size_is_below_the_offered_load() -> None:
     # 64.6, rounded up to 9 nodes of 8.
     assert trace.onprem_gpus(jobs) == 72
     assert trace.onprem_spec("V100:32, T4:16") == {"V100": 32, "T4": 16}
+
+
+def test_jobs_ask_for_products_in_proportion_to_their_gpus_on_prem() -> None:
+    jobs = [trace.SimJob(str(i), i, 60, 1, 1, 1, 3600, "t") for i in range(3000)]
+    assert set(trace.products_asked(jobs, {"V100": 24}, seed=1)) == {None}  # one: any GPU
+    asked = trace.products_asked(jobs, {"V100": 16, "T4": 8}, seed=1)
+    assert 0.62 < asked.count("V100") / len(jobs) < 0.72  # 2 in 3
+    assert asked == trace.products_asked(jobs, {"V100": 16, "T4": 8}, seed=1)
+    assert asked != trace.products_asked(jobs, {"V100": 16, "T4": 8}, seed=2)
+    # An 8-GPU pod cannot run on T4 nodes of 4: it asks for the V100s.
+    wide = [trace.SimJob(str(i), i, 60, 8, 1, 8, 3600, "t") for i in range(50)]
+    assert set(trace.products_asked(wide, {"V100": 16, "T4": 4}, seed=1)) == {"V100"}
