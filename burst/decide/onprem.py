@@ -5,15 +5,15 @@ per GPU product, node by node: running workloads release their GPUs on their nod
 expected end, a pod starts only where one node has its GPUs free (first fit), and pending
 workloads are placed in priority, then creation order, as the ServiceConfig's `onPrem.queueing`
 says the cluster starts them:
-- StrictFIFO (`QueueSweep`): each as soon as its product has enough free GPUs and everything ahead
-  of it has started; a small job does not overtake a large one.
+- StrictFIFO (`QueueSweep`): each as soon as its pods fit its product's nodes and everything
+  ahead of it has started; a small job does not overtake a large one.
 - BestEffortFIFO (`FirstFitSweep`): at each release, every waiting workload in queue order that
   fits starts, so a small job starts past a large one that does not fit, and those behind a large
   one may take the GPUs it waits for for a long time. The whole queue is run at once, and again
   each time the decision sends one of its workloads elsewhere.
-A workload whose pods do not fit its product's nodes even when all are free never starts. A workload the decision
-sends to a cloud leaves the queue, so those behind it move up: `estimate()` looks without
-committing, `stay()` commits and `leave()` takes the workload out.
+A workload whose pods do not fit its product's nodes even when all are free never starts. A
+workload the decision sends to a cloud leaves the queue, so those behind it move up:
+`estimate()` looks without committing, `stay()` commits and `leave()` takes the workload out.
 Modelling BestEffortFIFO with reservations instead (each workload at the first gap its run fits,
 around those ahead: conservative backfilling) expected large jobs to start long before the
 cluster starts them: on OpenB they burst late and dear (1,501 CHF against 1,169 CHF).
