@@ -65,10 +65,18 @@ def steps(kube: Any, remotes: dict[str, KubeObjects], clock: FakeClock) -> Remot
 
 
 def planned(
-    kube: Any, s: Session, name: str, clock: FakeClock, gpus: int = 2, namespace: str = "cms-ml"
+    kube: Any,
+    s: Session,
+    name: str,
+    clock: FakeClock,
+    gpus: int = 2,
+    namespace: str = "cms-ml",
+    runs: str = "0.3s",
 ) -> Dispatch:
-    """A burstable Job on-prem and its planned dispatch onto a ready pool."""
+    """A burstable Job on-prem, whose pods run for `runs` in the sandbox, and its planned
+    dispatch onto a ready pool."""
     pods = template()
+    pods["metadata"]["annotations"]["sandbox.burst.dev/duration"] = runs
     pods["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
     client.BatchV1Api(kube).create_namespaced_job(
         namespace,
@@ -217,7 +225,7 @@ def test_a_copy_a_list_or_mirror_lacks_is_read_before_it_is_called_missing(
     setup_local(kube)
     clock = FakeClock()
     with sessions() as s:
-        planned(kube, s, "fresh", clock)
+        planned(kube, s, "fresh", clock, runs="1h")  # still running when followed, however slow
     remote_steps = steps(kube, {TARGET: remote}, clock)
     remote_steps.mirrors = {TARGET: _Behind()}  # type: ignore[dict-item]
     out = Outcomes()
