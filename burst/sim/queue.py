@@ -12,7 +12,6 @@ import heapq
 from bisect import bisect_left, insort
 from typing import Protocol
 
-from burst.decide.onprem import fits
 from burst.model import RunningWorkload
 from burst.sim.state import WorldState, told_runtime
 from burst.sim.trace import SimJob
@@ -26,7 +25,7 @@ class OnPremQueue(WorldState):
     def _arrive(self, i: int, policy: Waking) -> None:
         job = self.jobs[i]
         product = self.product_of[i]
-        too_big = not fits(self.clusters[product].sizes, job.spec.gpus_per_pod, job.spec.pods)
+        too_big = not self.clusters[product].could_fit(job.spec.gpus_per_pod, job.spec.pods)
         if too_big:
             self.never_fits.add(i)
         self._wait(i)

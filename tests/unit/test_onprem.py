@@ -8,7 +8,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burst.decide.onprem import estimate_all
+from burst.decide.onprem import Nodes, estimate_all
 from burst.model import OnPrem, OnPremNode, RunningWorkload
 from tests.builders import NOW, workload
 
@@ -262,3 +262,33 @@ def test_every_estimate_is_a_schedule_the_cluster_can_run(scenario, queueing) ->
         releases = {NOW} | {max(r.expected_end, NOW) for r in onprem.running}
         releases |= {est[w.uid].finish for w in stays}
         assert all(start in releases for start in starts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), min_size=1, max_size=40),
+    st.lists(st.tuples(st.integers(1, 8), st.integers(1, 3), st.booleans()), max_size=30),
+)
+def test_nodes_place_first_fit_and_count_room_as_a_scan_would(sizes, steps) -> None:
+    """The node bookkeeping (counts by free GPUs, a max tree) against a plain list: the same
+    first fit node by node, the same answer to whether pods fit now and on empty nodes."""
+    nodes = Nodes([f"n{k}" for k in range(len(sizes))], list(sizes))
+    free, held = list(sizes), []
+    for per, pods, release in steps:
+        if release and held:
+            k, gpus = held.pop(0)
+            nodes.add(k, gpus)
+            free[k] += gpus
+            continue
+        room = sum(f // per for f in free)
+        assert nodes.fits(per, pods) == (room >= pods)
+        assert nodes.could_fit(per, pods) == (sum(s // per for s in sizes) >= pods)
+        if room >= pods:
+            expect = []
+            for _ in range(pods):
+                k = next(k for k, f in enumerate(free) if f >= per)
+                free[k] -= per
+                expect.append(k)
+            assert nodes.place(per, pods) == expect
+            held += [(k, per) for k in expect]
+        assert nodes.free == free and nodes.total == sum(free)
