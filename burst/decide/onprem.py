@@ -45,16 +45,16 @@ class Nodes:
     Philly cluster has 194 nodes, and a plan places thousands of waiting jobs). The estimate and
     the simulator's cluster both keep their nodes so."""
 
-    def __init__(self, names: list[str], sizes: list[int]) -> None:
-        self.names, self.sizes, self.free = names, sizes, list(sizes)
-        self.index = {name: k for k, name in enumerate(names)}
-        self.total = sum(sizes)
-        self.counts: Counter[int] = Counter(max(size, 0) for size in sizes)
+    def __init__(self, names: list[str], sizes: list[int], free: list[int] | None = None) -> None:
+        self.names, self.sizes = names, sizes
+        self.free = list(sizes) if free is None else free
+        self.total = sum(self.free)
+        self.counts: Counter[int] = Counter(max(f, 0) for f in self.free)
         self._sizes = Counter(max(size, 0) for size in sizes)
         self._leaves = 1 << max(0, len(sizes) - 1).bit_length()
         self._tree = [0] * (2 * self._leaves)  # the most GPUs free on a node, per subtree
-        for k, size in enumerate(sizes):
-            self._tree[self._leaves + k] = max(size, 0)
+        for k, f in enumerate(self.free):
+            self._tree[self._leaves + k] = max(f, 0)
         for i in range(self._leaves - 1, 0, -1):
             self._tree[i] = max(self._tree[2 * i], self._tree[2 * i + 1])
 
@@ -65,11 +65,14 @@ class Nodes:
         self.counts[max(f + gpus, 0)] += 1
         self.free[k] = f + gpus
         self.total += gpus
-        i = self._leaves + k
-        self._tree[i] = max(f + gpus, 0)
+        tree, i = self._tree, self._leaves + k
+        tree[i] = max(f + gpus, 0)
         i //= 2
         while i:
-            self._tree[i] = max(self._tree[2 * i], self._tree[2 * i + 1])
+            most = max(tree[2 * i], tree[2 * i + 1])
+            if tree[i] == most:
+                break  # nothing above changes
+            tree[i] = most
             i //= 2
 
     def fits(self, per_pod: int, pods: int) -> bool:
@@ -103,25 +106,23 @@ class Nodes:
 class _Product(Nodes):
     """A product's nodes as the estimate walks the queue forward."""
 
-    def __init__(self, names: list[str], sizes: list[int], now: datetime) -> None:
-        super().__init__(names, sizes)
+    def __init__(
+        self,
+        names: list[str],
+        sizes: list[int],
+        now: datetime,
+        free: list[int],
+        releases: list[tuple[datetime, int, int]],
+    ) -> None:
+        super().__init__(names, sizes, free)
+        heapq.heapify(releases)  # linear, where a push per running workload is not
         self.clock = now  # start of the last workload that started here (FIFO: none before)
-        self.releases: list[tuple[datetime, int, int]] = []  # heap of (time, node, GPUs)
-
-    def node_of(self, r: RunningWorkload) -> int | None:
-        """The node a running workload's GPUs are on: with no node list, the product's one; with
-        its node unknown, the first with room; None on a node not listed (cordoned, say), whose
-        GPUs no pending pod can have."""
-        if self.names == [""]:
-            return 0
-        if r.node:
-            return self.index.get(r.node)
-        return next((k for k, f in enumerate(self.free) if f >= r.gpus), 0)
+        self.releases = releases  # heap of (time, node, GPUs)
 
 
 def products(onprem: OnPrem, now: datetime) -> dict[str, _Product]:
-    """Each product's nodes from the node list; a product with none listed is one node of its
-    capacity (no boundaries known)."""
+    """Each product's nodes from the node list, less what runs on them; a product with none
+    listed is one node of its capacity (no boundaries known)."""
     listed: dict[str, tuple[list[str], list[int]]] = {}
     for node in onprem.nodes:
         names, sizes = listed.setdefault(node.accelerator, ([], []))
@@ -129,16 +130,31 @@ def products(onprem: OnPrem, now: datetime) -> dict[str, _Product]:
         sizes.append(node.gpus)
     for product, capacity in onprem.capacity.items():
         listed.setdefault(product, ([""], [capacity]))
-    out = {name: _Product(*nodes, now) for name, nodes in sorted(listed.items())}
+    index = {p: {name: k for k, name in enumerate(names)} for p, (names, _) in listed.items()}
+    free = {p: list(sizes) for p, (_, sizes) in listed.items()}
+    releases: dict[str, list[tuple[datetime, int, int]]] = {p: [] for p in listed}
     for r in onprem.running:
-        p = out.get(r.accelerator)
-        k = None if p is None else p.node_of(r)
-        if p is not None and k is not None:
-            p.add(k, -r.gpus)
-            p.releases.append((expected_end(r, now), k, r.gpus))
-    for p in out.values():
-        heapq.heapify(p.releases)  # linear, where a push per running workload is not
-    return out
+        if r.accelerator not in listed:
+            continue
+        k = _node_of(r, index[r.accelerator], free[r.accelerator])
+        if k is not None:
+            free[r.accelerator][k] -= r.gpus
+            releases[r.accelerator].append((expected_end(r, now), k, r.gpus))
+    return {
+        p: _Product(names, sizes, now, free[p], releases[p])
+        for p, (names, sizes) in sorted(listed.items())
+    }
+
+
+def _node_of(r: RunningWorkload, index: Mapping[str, int], free: list[int]) -> int | None:
+    """The node a running workload's GPUs are on: with no node list, the product's one; with
+    its node unknown, the first with room; None on a node not listed (cordoned, say), whose GPUs
+    no pending pod can have."""
+    if "" in index:
+        return 0
+    if r.node:
+        return index.get(r.node)
+    return next((k for k, f in enumerate(free) if f >= r.gpus), 0)
 
 
 @dataclass(frozen=True, slots=True)
