@@ -24,6 +24,7 @@ from burst.kube.sync import Syncer
 from burst.model import Cloud
 from burst.money import ledger
 from burst.money.meter import PoolHistory, Use, meter
+from burst.service.remote import CLUSTER_ERRORS
 from burst.store.tables import BudgetReservation, Pool, PoolEvent, PoolInstance, Workload
 from burst.store.tables import Dispatch as DispatchRow
 
@@ -257,17 +258,14 @@ class Teardown:
         for use in uses:  # the jobs show what they cost
             w = s.scalar(select(Workload).where(Workload.uid == use.workload))
             micros = ledger.workload_cost(s, use.workload).get("USD")
-            if w is not None and micros is not None:
-                self.local.patch(
-                    w.kind,
-                    w.namespace,
-                    w.name,
-                    {
-                        "metadata": {
-                            "annotations": {
-                                f"{self.service.label_prefix}cost": str(Money(micros, "USD"))
-                            }
-                        }
-                    },
-                )
+            if w is None or micros is None:
+                continue
+            cost = {f"{self.service.label_prefix}cost": str(Money(micros, "USD"))}
+            try:
+                self.local.patch(w.kind, w.namespace, w.name, {"metadata": {"annotations": cost}})
+            except CLUSTER_ERRORS as exc:
+                # Its cost is in the ledger; a job deleted since (by its user, by its TTL) has
+                # nowhere to show it; one the cluster cannot reach now shows it at the next posting.
+                if getattr(exc, "status", None) != 404:
+                    log.warning("cost of %s/%s not shown on it: %s", w.namespace, w.name, exc)
         return posted

@@ -449,3 +449,41 @@ def test_an_idle_pool_grown_for_new_work_is_not_deleted_as_idle_while_it_grows(
         observer.stop()
         cluster.stop()
         engine.dispose()
+
+
+def test_a_pool_whose_jobs_are_gone_from_the_cluster_is_still_metered_and_deleted(
+    kube: Any, tmp_path: Path
+) -> None:
+    """Metering a pool annotates each job that used it with its cost; a job its user deleted (or
+    its TTL removed) answered 404, and the error failed the pass that was deleting the pool, on
+    every pass (the long soak: 420 failed passes, pools stuck `deleting` and counted against
+    maxPools). The job's cost is in the ledger; its annotation has nowhere to go."""
+    cfg = one_target_config(tmp_path)
+    clock = FakeClock()
+    cluster, gate, remote, _, provider = gated_cloud(clock)
+    engine, sessions = sessions_in(tmp_path)
+    local = cms_ml(kube, job_manifest("gone", 1, deadline="4h", seconds=3600))
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: observer.workloads())
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
+        thirty = timedelta(seconds=30)
+        passes_until(loop, clock, lambda: states(sessions).get("gone") == "dispatched", thirty, 60)
+        local.batch.delete_namespaced_job("gone", "cms-ml", propagation_policy="Background")
+        wait_for(lambda: local.read("Job", "cms-ml", "gone") is None)
+
+        def pool_state() -> str | None:
+            with sessions() as s:
+                return s.scalar(select(Pool.state))
+
+        # Its copy goes with it, the pool idles past its TTL and is deleted: no pass fails.
+        passes_until(loop, clock, lambda: pool_state() == "deleted", timedelta(minutes=2), 60)
+        with sessions() as s:
+            charged = s.scalars(select(LedgerEntry.amount_micros)).all()
+        assert sum(charged) > 0
+    finally:
+        gate.close()
+        observer.stop()
+        cluster.stop()
+        engine.dispose()
