@@ -114,7 +114,7 @@ class Provisioner:
         self.launch_timeouts = dict(launch_timeouts or {})
         self._restored = False
         # Pools that failed after their launch, for the caller to meter: their nodes were billed.
-        self.failed: list[Pool] = []
+        self.failed: list[str] = []
 
     def call(self, target: str, operation: str, *args: Any) -> Any:
         """A provider call, timed and counted by outcome (ok, or the error's type)."""
@@ -127,6 +127,13 @@ class Provisioner:
             raise
         finally:
             PROVIDER_CALLS.labels(target, operation, outcome).observe(time.perf_counter() - start)
+
+    def take_failed(self, session: Session) -> list[Pool]:
+        """The pools that failed since the last call, read in `session`: a pass that died after
+        one failed left it to the next, whose session is another (the row of the first, expired
+        by its rollback, could no longer be read)."""
+        names, self.failed = self.failed, []
+        return list(session.scalars(select(Pool).where(Pool.name.in_(names)))) if names else []
 
     def launch_timeout(self, row: Pool) -> timedelta:
         return self.launch_timeouts.get(row.target, DEFAULT_LAUNCH_TIMEOUT)
@@ -242,7 +249,7 @@ class Provisioner:
                     "the cloud lost the pool",
                     self.epoch,
                 )
-                self.failed.append(row)
+                self.failed.append(row.name)
                 continue
             except ProviderError as exc:
                 log.warning("pool %s: %s", row.name, exc.message)
@@ -272,7 +279,7 @@ class Provisioner:
             # pool running with errors may still hold billed nodes. Orphan collection retries.
             self.backoffs.mark(session, self.spec(row).offer)
             _event(session, row, "failed", pool.nodes, now, reason, self.epoch)
-            self.failed.append(row)
+            self.failed.append(row.name)
             try:
                 self.call(row.target, "delete_pool", row.name)
             except ProviderError as exc:

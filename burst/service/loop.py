@@ -155,8 +155,8 @@ class Reconciler:
     def _pass(self) -> PassReport:
         with self.sessions() as s:
             self.provisioner.refresh(s)
-            while self.provisioner.failed:  # a failed launch's nodes ran, and are billed
-                self.teardown.meter_pool(s, self.provisioner.failed.pop())
+            for failed in self.provisioner.take_failed(s):  # its nodes ran, and are billed
+                self.teardown.meter_pool(s, failed)
             for pool in self.provisioner.deleting(s):  # a pass died while deleting it
                 self.teardown.delete_pool(s, pool.name, pool.state_reason or "deleting")
             # Closed hours of running pools are charged now, not when the pool goes, so that

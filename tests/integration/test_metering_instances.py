@@ -57,8 +57,8 @@ class World:
             self.clock.advance(step)
             with self.sessions() as s:
                 self.provisioner.refresh(s)
-                while self.provisioner.failed:
-                    self.teardown.meter_pool(s, self.provisioner.failed.pop())
+                for failed in self.provisioner.take_failed(s):
+                    self.teardown.meter_pool(s, failed)
 
     def matches_the_bill(self, name: str, offer: OfferKey) -> bool:
         """The ledger is the bill to the micro-unit each of its series (usage, idle, overhead)
@@ -206,3 +206,20 @@ def test_a_deletion_seen_done_a_pass_late_is_billed_to_the_clouds_end(
         world.charged("slow"),
         world.billed("slow", ON_DEMAND),
     )
+
+
+def test_a_pool_that_failed_in_a_pass_that_died_is_metered_by_the_next(world: World) -> None:
+    """The pass that saw the launch fail died before metering it (the database went away: its
+    session rolled back); the next pass, in a new session, meters it. The soak's passes raised
+    DetachedInstanceError on the first pass's row."""
+    world.cloud.settings.failure_rate = 1.0
+    world.create("died", ON_DEMAND, 2)
+    with world.sessions() as s:
+        world.clock.advance(timedelta(minutes=50))  # past the launch timeout
+        world.provisioner.refresh(s)
+        assert world.provisioner.failed == ["died"]
+        s.execute(select(LedgerEntry.id))  # the pass goes on, and its next statement fails:
+        s.rollback()
+    world.passes(1)  # meters it
+    world.teardown.collect_orphans(grace=timedelta(0))
+    assert world.matches_the_bill("died", ON_DEMAND), world.charged("died")
