@@ -4,7 +4,10 @@ finishes, the new one runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,7 @@ from tests.conftest import ROOT, wait_for
 from tests.soak.world import Gate
 
 SHIPPED = catalog.shipped()
+THIRTY = timedelta(seconds=30)
 
 
 def one_target_config(tmp_path: Path) -> config.Config:
@@ -237,47 +241,32 @@ def test_a_pool_that_never_came_up_is_charged_for_its_nodes_until_let_go(
         engine.dispose()
 
 
-def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twice(
-    kube: Any, tmp_path: Path
-) -> None:
-    """Its jobs were requeued on-prem while their copies kept running on its nodes, which the
-    cloud's API could still delete: the soak saw a job run on-prem and in the cloud at once."""
-    cfg = one_target_config(tmp_path)
-    clock = FakeClock()
-    cluster, gate, remote, _, provider = gated_cloud(clock)
-    engine, sessions = sessions_in(tmp_path)
-    cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
-    observer = Observer(kube, clock).start()
-    try:
-        assert observer.wait_synced()
-        wait_for(lambda: observer.workloads())
-        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
+@dataclass
+class OneJob:
+    """One burstable job of an hour, `far`, dispatched to the one target's pool through a
+    cluster a test can cut off (`gate`) and a cloud whose faults it can set (`world`)."""
 
-        def state() -> str | None:
-            with sessions() as s:
-                return s.scalar(select(Workload.state))
+    cfg: config.Config
+    clock: FakeClock
+    sessions: sessionmaker[Session]
+    loop: Any
+    local: KubeObjects
+    gate: Gate
+    world: SimCloud
+    provider: SimProvider
 
-        thirty = timedelta(seconds=30)
-        passes_until(loop, clock, lambda: state() == "dispatched", thirty, timeout=60)
-        gate.shut()  # silent past its grace: requeued
-        passes_until(loop, clock, lambda: state() == "requeued", thirty, timeout=60)
-        with sessions() as s:
-            (pool,) = s.scalars(select(Pool)).all()
-            assert pool.state == "deleted" and "stopped answering" in (pool.state_reason or "")
-        assert provider.list_pools(cfg.service.spec.installation_id) == []  # type: ignore[union-attr]
-    finally:
-        gate.close()
-        observer.stop()
-        cluster.stop()
-        engine.dispose()
+    def states(self) -> tuple[str | None, str | None]:
+        """The job's state and its pool's, in the database."""
+        with self.sessions() as s:
+            return s.scalar(select(Workload.state)), s.scalar(select(Pool.state))
+
+    def pools_in_cloud(self) -> list[Any]:
+        assert self.cfg.service is not None
+        return self.provider.list_pools(self.cfg.service.spec.installation_id)
 
 
-def test_a_lost_clusters_job_resumes_on_prem_only_once_the_cloud_has_deleted_its_pool(
-    kube: Any, tmp_path: Path
-) -> None:
-    """The long soak: a cluster went silent past its grace while the cloud's API answered "Rate
-    exceeded"; the job resumed on-prem at once while the pool burst could not delete yet kept its
-    copy running for seven seconds (`two_copies`). It now waits, suspended, for the pool to go."""
+@contextlib.contextmanager
+def one_job_dispatched(kube: Any, tmp_path: Path) -> Iterator[OneJob]:
     cfg = one_target_config(tmp_path)
     clock = FakeClock()
     cluster, gate, remote, world, provider = gated_cloud(clock)
@@ -288,35 +277,57 @@ def test_a_lost_clusters_job_resumes_on_prem_only_once_the_cloud_has_deleted_its
         assert observer.wait_synced()
         wait_for(lambda: observer.workloads())
         loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
-
-        def state() -> tuple[str | None, str | None]:
-            with sessions() as s:
-                return s.scalar(select(Workload.state)), s.scalar(select(Pool.state))
-
-        thirty = timedelta(seconds=30)
-        passes_until(loop, clock, lambda: state()[0] == "dispatched", thirty, timeout=60)
-        gate.shut()
-        world.faults.throttled_until = clock.now() + timedelta(hours=1)
-        for _ in range(30):  # fifteen minutes: past the grace, every cloud call refused
-            clock.advance(thirty)
-            loop.run_once()
-        assert state() == ("dispatched", "deleting")
-        assert local.batch.read_namespaced_job("far", "cms-ml").spec.suspend  # not resumed
-        # and the job says why it waits, once, however many passes the cloud refuses
-        told = [
-            e.message
-            for e in local.core.list_namespaced_event("cms-ml").items
-            if e.involved_object.name == "far" and e.reason == "WaitingForPoolDeletion"
-        ]
-        assert len(told) == 1 and "sim-aws stopped answering" in told[0], told
-        world.faults.throttled_until = None
-        passes_until(loop, clock, lambda: state() == ("requeued", "deleted"), thirty, timeout=60)
-        assert not local.batch.read_namespaced_job("far", "cms-ml").spec.suspend
+        job = OneJob(cfg, clock, sessions, loop, local, gate, world, provider)
+        passes_until(loop, clock, lambda: job.states()[0] == "dispatched", THIRTY, timeout=60)
+        yield job
     finally:
         gate.close()
         observer.stop()
         cluster.stop()
         engine.dispose()
+
+
+def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twice(
+    kube: Any, tmp_path: Path
+) -> None:
+    """Its jobs were requeued on-prem while their copies kept running on its nodes, which the
+    cloud's API could still delete: the soak saw a job run on-prem and in the cloud at once."""
+    with one_job_dispatched(kube, tmp_path) as job:
+        job.gate.shut()  # silent past its grace: requeued
+        passes_until(job.loop, job.clock, lambda: job.states()[0] == "requeued", THIRTY, 60)
+        with job.sessions() as s:
+            (pool,) = s.scalars(select(Pool)).all()
+            assert pool.state == "deleted" and "stopped answering" in (pool.state_reason or "")
+        assert job.pools_in_cloud() == []
+
+
+def test_a_lost_clusters_job_resumes_on_prem_only_once_the_cloud_has_deleted_its_pool(
+    kube: Any, tmp_path: Path
+) -> None:
+    """The long soak: a cluster went silent past its grace while the cloud's API answered "Rate
+    exceeded"; the job resumed on-prem at once while the pool burst could not delete yet kept its
+    copy running for seven seconds (`two_copies`). It now waits, suspended, for the pool to go."""
+    with one_job_dispatched(kube, tmp_path) as job:
+        job.gate.shut()
+        job.world.faults.throttled_until = job.clock.now() + timedelta(hours=1)
+        for _ in range(30):  # fifteen minutes: past the grace, every cloud call refused
+            job.clock.advance(THIRTY)
+            job.loop.run_once()
+        assert job.states() == ("dispatched", "deleting")
+        jobs = job.local.batch
+        assert jobs.read_namespaced_job("far", "cms-ml").spec.suspend  # not resumed
+        # and the job says why it waits, once, however many passes the cloud refuses
+        told = [
+            e.message
+            for e in job.local.core.list_namespaced_event("cms-ml").items
+            if e.involved_object.name == "far" and e.reason == "WaitingForPoolDeletion"
+        ]
+        assert len(told) == 1 and "sim-aws stopped answering" in told[0], told
+        job.world.faults.throttled_until = None
+        passes_until(
+            job.loop, job.clock, lambda: job.states() == ("requeued", "deleted"), THIRTY, 60
+        )
+        assert not jobs.read_namespaced_job("far", "cms-ml").spec.suspend
 
 
 def test_a_cluster_found_lost_while_its_copies_are_listed_has_its_pools_deleted_too(
@@ -327,43 +338,23 @@ def test_a_cluster_found_lost_while_its_copies_are_listed_has_its_pools_deleted_
     the lost cluster's. It answered again, and the idle TTL took the pool from under the copy still
     running there (the long soak's `work_lost_to_burst`). The clock moves inside the listing, as a
     real one does while a connection times out."""
-    cfg = one_target_config(tmp_path)
-    clock = FakeClock()
-    cluster, gate, remote, _, provider = gated_cloud(clock)
-    engine, sessions = sessions_in(tmp_path)
-    cms_ml(kube, job_manifest("far", 1, deadline="4h", seconds=3600))
-    observer = Observer(kube, clock).start()
-    try:
-        assert observer.wait_synced()
-        wait_for(lambda: observer.workloads())
-        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
-
-        def state() -> str | None:
-            with sessions() as s:
-                return s.scalar(select(Workload.state))
-
-        passes_until(loop, clock, lambda: state() == "dispatched", timedelta(seconds=30), 60)
-        gate.shut()
-        loop.run_once()  # its silence starts
-        assert state() == "dispatched"
-        listing = loop.remote.syncer.copies
+    with one_job_dispatched(kube, tmp_path) as job:
+        job.gate.shut()
+        job.loop.run_once()  # its silence starts
+        assert job.states()[0] == "dispatched"
+        listing = job.loop.remote.syncer.copies
 
         def slow_listing(*args: Any) -> Any:
-            clock.advance(timedelta(minutes=11))  # past the 10 minute grace, while it times out
+            job.clock.advance(timedelta(minutes=11))  # past the 10 minute grace, timing out
             return listing(*args)
 
-        loop.remote.syncer.copies = slow_listing
-        loop.run_once()
-        assert state() == "requeued"
-        with sessions() as s:
+        job.loop.remote.syncer.copies = slow_listing
+        job.loop.run_once()
+        assert job.states()[0] == "requeued"
+        with job.sessions() as s:
             (pool,) = s.scalars(select(Pool)).all()
             assert pool.state == "deleted" and "stopped answering" in (pool.state_reason or "")
-        assert provider.list_pools(cfg.service.spec.installation_id) == []  # type: ignore[union-attr]
-    finally:
-        gate.close()
-        observer.stop()
-        cluster.stop()
-        engine.dispose()
+        assert job.pools_in_cloud() == []
 
 
 def test_a_runtime_learned_from_finished_runs_plans_the_dispatch_and_the_api_says_so(
@@ -455,35 +446,14 @@ def test_a_pool_whose_jobs_are_gone_from_the_cluster_is_still_metered_and_delete
     kube: Any, tmp_path: Path
 ) -> None:
     """Metering a pool annotates each job that used it with its cost; a job its user deleted (or
-    its TTL removed) answered 404, and the error failed the pass that was deleting the pool, on
-    every pass (the long soak: 420 failed passes, pools stuck `deleting` and counted against
-    maxPools). The job's cost is in the ledger; its annotation has nowhere to go."""
-    cfg = one_target_config(tmp_path)
-    clock = FakeClock()
-    cluster, gate, remote, _, provider = gated_cloud(clock)
-    engine, sessions = sessions_in(tmp_path)
-    local = cms_ml(kube, job_manifest("gone", 1, deadline="4h", seconds=3600))
-    observer = Observer(kube, clock).start()
-    try:
-        assert observer.wait_synced()
-        wait_for(lambda: observer.workloads())
-        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
-        thirty = timedelta(seconds=30)
-        passes_until(loop, clock, lambda: states(sessions).get("gone") == "dispatched", thirty, 60)
-        local.batch.delete_namespaced_job("gone", "cms-ml", propagation_policy="Background")
-        wait_for(lambda: local.read("Job", "cms-ml", "gone") is None)
-
-        def pool_state() -> str | None:
-            with sessions() as s:
-                return s.scalar(select(Pool.state))
-
+    its TTL removed) answered 404, and the error failed the pass that deleted or metered the pool
+    (the long soak: 66 failed passes). The job's cost is in the ledger; its annotation has
+    nowhere to go."""
+    with one_job_dispatched(kube, tmp_path) as job:
+        job.local.batch.delete_namespaced_job("far", "cms-ml", propagation_policy="Background")
+        wait_for(lambda: job.local.read("Job", "cms-ml", "far") is None)
         # Its copy goes with it, the pool idles past its TTL and is deleted: no pass fails.
-        passes_until(loop, clock, lambda: pool_state() == "deleted", timedelta(minutes=2), 60)
-        with sessions() as s:
-            charged = s.scalars(select(LedgerEntry.amount_micros)).all()
-        assert sum(charged) > 0
-    finally:
-        gate.close()
-        observer.stop()
-        cluster.stop()
-        engine.dispose()
+        two = timedelta(minutes=2)
+        passes_until(job.loop, job.clock, lambda: job.states()[1] == "deleted", two, 60)
+        with job.sessions() as s:
+            assert sum(s.scalars(select(LedgerEntry.amount_micros))) > 0
