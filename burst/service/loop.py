@@ -206,29 +206,28 @@ class Reconciler:
                 select(Pool.name).where(Pool.target == target, Pool.state.in_(LIVE_STATES))
             ).all():
                 self.teardown.delete_pool(s, name, f"{target}'s cluster stopped answering")
-            # A deletion the cloud refuses or takes long over keeps the job suspended here
-            # (its copy may still run); the job says why, once.
-            for uid, pool in s.execute(
-                select(Workload.uid, Pool.name)
-                .join(DispatchRow, DispatchRow.workload_id == Workload.id)
-                .join(Pool, Pool.id == DispatchRow.pool_id)
-                .where(
-                    Pool.target == target,
-                    Pool.state == "deleting",
-                    DispatchRow.state.in_(ACTIVE),
-                )
-            ):
-                obj = self.observer.object(uid)
-                if obj is None:
-                    continue
-                why = (
-                    f"{target} stopped answering; this job resumes here once the cloud has "
-                    f"deleted pool {pool}, where its copy may still run"
-                )
-                try:
-                    self.replicator.events.record(obj, "Warning", "WaitingForPoolDeletion", why)
-                except CLUSTER_ERRORS as exc:
-                    log.warning("event on %s: %s", uid, exc)
+            self._tell_waiting_for_deletion(s, target)
+
+    def _tell_waiting_for_deletion(self, s: Session, target: str) -> None:
+        """A deletion the cloud refuses or takes long over keeps the lost cluster's jobs
+        suspended here (their copies may still run): each says why, once."""
+        for uid, pool in s.execute(
+            select(Workload.uid, Pool.name)
+            .join(DispatchRow, DispatchRow.workload_id == Workload.id)
+            .join(Pool, Pool.id == DispatchRow.pool_id)
+            .where(Pool.target == target, Pool.state == "deleting", DispatchRow.state.in_(ACTIVE))
+        ):
+            obj = self.observer.object(uid)
+            if obj is None:
+                continue
+            why = (
+                f"{target} stopped answering; this job resumes here once the cloud has "
+                f"deleted pool {pool}, where its copy may still run"
+            )
+            try:
+                self.replicator.events.record(obj, "Warning", "WaitingForPoolDeletion", why)
+            except CLUSTER_ERRORS as exc:
+                log.warning("event on %s: %s", uid, exc)
 
     def _budget_views(self, s: Session) -> tuple[BudgetView, ...]:
         now = self.clock.now()
