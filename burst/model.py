@@ -145,6 +145,14 @@ class OnPrem:
     running: tuple[RunningWorkload, ...] = ()
     nodes: tuple[OnPremNode, ...] = ()
 
+    @staticmethod
+    def of_nodes(nodes: tuple[OnPremNode, ...], running: tuple[RunningWorkload, ...]) -> OnPrem:
+        """The cluster of these nodes (its capacity their sum per product)."""
+        capacity: dict[str, int] = {}
+        for node in nodes:
+            capacity[node.accelerator] = capacity.get(node.accelerator, 0) + node.gpus
+        return OnPrem(capacity, running, nodes)
+
 
 PoolState = Literal["requested", "creating", "ready", "draining", "deleting", "deleted", "failed"]
 

@@ -128,13 +128,6 @@ class Provisioner:
         finally:
             PROVIDER_CALLS.labels(target, operation, outcome).observe(time.perf_counter() - start)
 
-    def take_failed(self, session: Session) -> list[Pool]:
-        """The pools that failed since the last call, read in `session`: a pass that died after
-        one failed left it to the next, whose session is another (the row of the first, expired
-        by its rollback, could no longer be read)."""
-        names, self.failed = self.failed, []
-        return list(session.scalars(select(Pool).where(Pool.name.in_(names)))) if names else []
-
     def launch_timeout(self, row: Pool) -> timedelta:
         return self.launch_timeouts.get(row.target, DEFAULT_LAUNCH_TIMEOUT)
 
@@ -358,6 +351,14 @@ class Provisioner:
 
     def deleting(self, session: Session) -> list[Pool]:
         return list(session.scalars(select(Pool).where(Pool.state == "deleting")))
+
+
+def take_failed(provisioner: Provisioner, session: Session) -> list[Pool]:
+    """The pools that failed since the last call, read in `session`: a pass that died after one
+    failed left it to the next, whose session is another (the row of the first, expired by its
+    rollback, could no longer be read)."""
+    names, provisioner.failed = provisioner.failed, []
+    return list(session.scalars(select(Pool).where(Pool.name.in_(names)))) if names else []
 
 
 def look(provisioner: Provisioner, session: Session, row: Pool) -> None:

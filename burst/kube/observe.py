@@ -347,13 +347,9 @@ class Observer:
     def onprem(self) -> OnPrem:
         """GPUs per catalog product and per node from the nodes, and what runs on them."""
         self._refresh()
-        nodes = gpu_nodes(list(self.nodes.items.values()))
-        capacity: dict[str, int] = defaultdict(int)
-        for node in nodes:
-            capacity[node.accelerator] += node.gpus
         with self._lock:
             running = tuple(r for s in self._summaries.values() for r in s.running)
-        return OnPrem(dict(capacity), running, nodes)
+        return OnPrem.of_nodes(gpu_nodes(list(self.nodes.items.values())), running)
 
 
 def asked_of(shape: PodShape, pods: int) -> dict[str, float]:

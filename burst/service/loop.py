@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from burst import decide
 from burst.clock import Clock
 from burst.cloud.catalog import Catalog, UnavailableOffers
-from burst.cloud.provision import Provisioner, pool_views
+from burst.cloud.provision import Provisioner, pool_views, take_failed
 from burst.config import Config
 from burst.kube.copies import RemoteCopies
+from burst.kube.events import EventRecorder
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import RemoteHealth, Syncer
@@ -155,7 +156,7 @@ class Reconciler:
     def _pass(self) -> PassReport:
         with self.sessions() as s:
             self.provisioner.refresh(s)
-            for failed in self.provisioner.take_failed(s):  # its nodes ran, and are billed
+            for failed in take_failed(self.provisioner, s):  # its nodes ran, and are billed
                 self.teardown.meter_pool(s, failed)
             for pool in self.provisioner.deleting(s):  # a pass died while deleting it
                 self.teardown.delete_pool(s, pool.name, pool.state_reason or "deleting")
@@ -206,28 +207,7 @@ class Reconciler:
                 select(Pool.name).where(Pool.target == target, Pool.state.in_(LIVE_STATES))
             ).all():
                 self.teardown.delete_pool(s, name, f"{target}'s cluster stopped answering")
-            self._tell_waiting_for_deletion(s, target)
-
-    def _tell_waiting_for_deletion(self, s: Session, target: str) -> None:
-        """A deletion the cloud refuses or takes long over keeps the lost cluster's jobs
-        suspended here (their copies may still run): each says why, once."""
-        for uid, pool in s.execute(
-            select(Workload.uid, Pool.name)
-            .join(DispatchRow, DispatchRow.workload_id == Workload.id)
-            .join(Pool, Pool.id == DispatchRow.pool_id)
-            .where(Pool.target == target, Pool.state == "deleting", DispatchRow.state.in_(ACTIVE))
-        ):
-            obj = self.observer.object(uid)
-            if obj is None:
-                continue
-            why = (
-                f"{target} stopped answering; this job resumes here once the cloud has "
-                f"deleted pool {pool}, where its copy may still run"
-            )
-            try:
-                self.replicator.events.record(obj, "Warning", "WaitingForPoolDeletion", why)
-            except CLUSTER_ERRORS as exc:
-                log.warning("event on %s: %s", uid, exc)
+            tell_waiting_for_deletion(s, target, self.observer, self.replicator.events)
 
     def _budget_views(self, s: Session) -> tuple[BudgetView, ...]:
         now = self.clock.now()
@@ -353,3 +333,27 @@ def _fresh_names(s: Session, actions: Sequence[Action]) -> list[Action]:
         replace(a, pool=renamed[a.pool]) if getattr(a, "pool", None) in renamed else a
         for a in actions
     ]
+
+
+def tell_waiting_for_deletion(
+    s: Session, target: str, observer: Observer, events: EventRecorder
+) -> None:
+    """A deletion the cloud refuses or takes long over keeps the lost cluster's jobs suspended
+    here (their copies may still run): each says why, once."""
+    for uid, pool in s.execute(
+        select(Workload.uid, Pool.name)
+        .join(DispatchRow, DispatchRow.workload_id == Workload.id)
+        .join(Pool, Pool.id == DispatchRow.pool_id)
+        .where(Pool.target == target, Pool.state == "deleting", DispatchRow.state.in_(ACTIVE))
+    ):
+        obj = observer.object(uid)
+        if obj is None:
+            continue
+        why = (
+            f"{target} stopped answering; this job resumes here once the cloud has "
+            f"deleted pool {pool}, where its copy may still run"
+        )
+        try:
+            events.record(obj, "Warning", "WaitingForPoolDeletion", why)
+        except CLUSTER_ERRORS as exc:
+            log.warning("event on %s: %s", uid, exc)

@@ -22,7 +22,7 @@ from burst.clock import FakeClock
 from burst.cloud import catalog
 from burst.cloud.catalog import UnavailableOffers
 from burst.cloud.provider import Throttled
-from burst.cloud.provision import Provisioner
+from burst.cloud.provision import Provisioner, take_failed
 from burst.model import CreatePool, OfferKey
 from burst.money.meter import BILLING
 from burst.service.teardown import Teardown
@@ -57,7 +57,7 @@ class World:
             self.clock.advance(step)
             with self.sessions() as s:
                 self.provisioner.refresh(s)
-                for failed in self.provisioner.take_failed(s):
+                for failed in take_failed(self.provisioner, s):
                     self.teardown.meter_pool(s, failed)
 
     def matches_the_bill(self, name: str, offer: OfferKey) -> bool:
