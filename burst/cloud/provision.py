@@ -417,11 +417,10 @@ def record_instances(
 def pool_views(
     session: Session, used: Mapping[str, list[int]], idle_since: Mapping[str, datetime]
 ) -> list[PoolView]:
-    """Live pools as the decision sees them; `used` gives GPUs taken per pool's workloads."""
+    """Live pools as the decision sees them; `used` gives GPUs taken per pool's workloads. Those
+    draining or being deleted take no work but count against maxPools: their nodes run."""
     out = []
-    for row in session.scalars(
-        select(Pool).where(Pool.state.in_(("requested", "creating", "ready", "resizing")))
-    ):
+    for row in session.scalars(select(Pool).where(Pool.state.in_((*LIVE, "deleting")))):
         free = [row.gpus_per_node] * row.nodes_desired
         for gpus in used.get(row.name, []):
             for i, f in enumerate(free):
@@ -430,7 +429,7 @@ def pool_views(
                     break
         offer = offer_of(row)
         # A resizing pool runs its jobs: ready, with room on the nodes on their way.
-        state: PoolState = "ready" if row.state in ("ready", "resizing") else "creating"
+        shown = {"requested": "creating", "resizing": "ready"}.get(row.state, row.state)
         out.append(
             PoolView(
                 name=row.name,
@@ -438,7 +437,7 @@ def pool_views(
                 policy=row.policy,
                 offer=offer,
                 nodes=row.nodes_desired,
-                state=state,
+                state=cast(PoolState, shown),
                 created=row.created_at,
                 free_gpus=tuple(free),
                 idle_since=idle_since.get(row.name),

@@ -223,3 +223,21 @@ def test_a_pool_that_failed_in_a_pass_that_died_is_metered_by_the_next(world: Wo
     world.passes(1)  # meters it
     world.teardown.collect_orphans(grace=timedelta(0))
     assert world.matches_the_bill("died", ON_DEMAND), world.charged("died")
+
+
+def test_the_plans_view_shows_pools_being_drained_or_deleted(tmp_path: Path) -> None:
+    """The plan counts a pool against maxPools until the cloud has deleted it, but the service
+    showed it only requested, creating, ready or resizing pools: the soak on that count's fix
+    still saw seven pools up where the policy allows six."""
+    from burst.cloud.provision import pool_views
+    from tests.builders import pool_row
+
+    engine, sessions = sessions_in(tmp_path)
+    with sessions() as s:
+        for name, state in (("up", "ready"), ("idle", "draining"), ("going", "deleting")):
+            s.add(pool_row(name=name, state=state))
+        s.add(pool_row(name="gone", state="deleted"))
+        s.commit()
+        views = {v.name: v.state for v in pool_views(s, {}, {})}
+    engine.dispose()
+    assert views == {"up": "ready", "idle": "draining", "going": "deleting"}
