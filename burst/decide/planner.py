@@ -78,7 +78,7 @@ class _Planner:
         self.policies = [config.policies[name] for name in sorted(config.policies)]
         self.actions: list[Action] = []
         self.deleted: set[str] = set()  # existing pools this plan deletes
-        self.placement = self._placement()
+        self.placement: Placement  # made in run(), once the pools it deletes are known
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
 
