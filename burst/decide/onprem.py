@@ -38,6 +38,12 @@ def queue_order(w: Workload) -> tuple[int, datetime, str]:
     return (-w.priority, w.created, w.uid)
 
 
+def largest_product(capacity: Mapping[str, int]) -> str | None:
+    """Where a workload that asks for no particular GPU product waits: the product with the most
+    GPUs on-prem (by name on a tie)."""
+    return max(sorted(capacity), key=lambda k: capacity[k], default=None)
+
+
 class Nodes:
     """One product's nodes: each one's size and free GPUs; how many nodes have each number of
     GPUs free, so that whether pods fit is a sum over a few counts; and a max tree over the
@@ -182,8 +188,7 @@ class Sweep(ABC):
     """Walk pending workloads in queue order; each is estimated, then stays or leaves."""
 
     def __init__(self, onprem: OnPrem) -> None:
-        # Where a workload that asks for no particular GPU product waits: the largest product.
-        self._default = max(sorted(onprem.capacity), key=lambda k: onprem.capacity[k], default=None)
+        self._default = largest_product(onprem.capacity)
         self._capacity = dict(onprem.capacity)
         self._widest: dict[str, int] = {}
         for node in onprem.nodes:

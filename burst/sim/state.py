@@ -17,7 +17,7 @@ from typing import Literal
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.config import Config
-from burst.decide.onprem import Nodes
+from burst.decide.onprem import Nodes, largest_product
 from burst.model import (
     BudgetView,
     Cloud,
@@ -220,7 +220,8 @@ class WorldState:
         # The product each job asks for (trace.py's rule; None: any, and it queues for the
         # largest product, as decide/onprem.py assumes) and the one it queues for.
         self.asks = products_asked([j.spec for j in self.jobs], onprem, seed)
-        largest = max(sorted(onprem), key=lambda p: onprem[p])
+        largest = largest_product(onprem)
+        assert largest is not None, "an on-prem cluster has a GPU product"
         self.product_of = [a or largest for a in self.asks]
         # heaps of (submit, index) per product: strict FIFO
         self.queues: dict[str, list[tuple[int, int]]] = {p: [] for p in onprem}

@@ -36,6 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from burst.decide.onprem import largest_product
+
 DEADLINE_ALLOWANCE_S = 54 * 60
 
 NODE_GPUS = 8  # GPUs per on-prem node and most per pod
@@ -176,13 +178,15 @@ def products_asked(
     by a hash of the job id and the seed."""
     if len(onprem) < 2:
         return [None] * len(jobs)
+    largest = largest_product(onprem)
+    assert largest is not None  # two products or more
     out: list[str | None] = []
     for j in jobs:
         fit = {
             p: g
             for p, g in sorted(onprem.items())
             if min(g, NODE_GPUS) >= j.gpus_per_pod and g >= j.gpus
-        } or {max(sorted(onprem), key=lambda p: onprem[p]): 1}
+        } or {largest: 1}
         digest = hashlib.blake2b(f"{seed}:{j.job_id}".encode(), digest_size=8).digest()
         draw = int.from_bytes(digest, "big") % sum(fit.values())
         for product, gpus in fit.items():
