@@ -276,7 +276,12 @@ class Provisioner:
             try:
                 self.call(row.target, "delete_pool", row.name)
             except ProviderError as exc:
+                # Its nodes may run on: it is a pool being deleted (counted against maxPools,
+                # billed until the cloud ends it, its deletion asked again each pass).
                 log.warning("pool %s: %s", row.name, exc.message)
+                row.deleted_at = None
+                refused = f"{reason}; its deletion was refused: {exc.message}"
+                _event(session, row, "deleting", pool.nodes, now, refused, self.epoch)
 
     def _follow_resize(self, session: Session, row: Pool, pool: CloudPool) -> None:
         """A resize has a clock of its own, from when it was asked (the row's last change). Its

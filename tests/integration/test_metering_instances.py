@@ -22,7 +22,7 @@ from burst.clock import FakeClock
 from burst.cloud import catalog
 from burst.cloud.catalog import UnavailableOffers
 from burst.cloud.provider import Throttled
-from burst.cloud.provision import Provisioner, take_failed
+from burst.cloud.provision import Provisioner, pool_views, take_failed
 from burst.model import CreatePool, OfferKey
 from burst.money.meter import BILLING
 from burst.service.teardown import Teardown
@@ -59,6 +59,8 @@ class World:
                 self.provisioner.refresh(s)
                 for failed in take_failed(self.provisioner, s):
                     self.teardown.meter_pool(s, failed)
+                for pool in self.provisioner.deleting(s):  # as the service's pass does
+                    self.teardown.delete_pool(s, pool.name, pool.state_reason or "deleting")
 
     def matches_the_bill(self, name: str, offer: OfferKey) -> bool:
         """The ledger is the bill to the micro-unit each of its series (usage, idle, overhead)
@@ -136,7 +138,7 @@ def test_a_grown_pools_new_nodes_are_billed_from_their_launch(world: World) -> N
     assert world.matches_the_bill("grown", ON_DEMAND), world.charged("grown")
 
 
-def test_a_failed_launch_whose_deletion_was_refused_is_billed_until_it_went(
+def test_a_failed_launch_whose_deletion_was_refused_counts_as_up_and_is_billed_until_it_went(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world.cloud.settings.failure_rate = 1.0
@@ -148,8 +150,11 @@ def test_a_failed_launch_whose_deletion_was_refused_is_billed_until_it_went(
     with monkeypatch.context() as m:
         m.setattr(world.sim, "delete_pool", throttled)
         world.passes(60)
-    # The orphan collection deletes it an hour later: its nodes ran, and are billed, until then.
-    world.teardown.collect_orphans(grace=timedelta(0))
+        # Its nodes run: the plan counts it against maxPools, as a pool being deleted.
+        with world.sessions() as s:
+            assert [(v.name, v.state) for v in pool_views(s, {}, {})] == [("failed", "deleting")]
+    world.passes(1)  # the deletion asked again, and taken, an hour later: billed until then
+    assert world.cloud._pools[("sim-aws", "failed")].deleted
     assert world.matches_the_bill("failed", ON_DEMAND), world.charged("failed")
 
 
@@ -229,7 +234,6 @@ def test_the_plans_view_shows_pools_being_drained_or_deleted(tmp_path: Path) -> 
     """The plan counts a pool against maxPools until the cloud has deleted it, but the service
     showed it only requested, creating, ready or resizing pools: the soak on that count's fix
     still saw seven pools up where the policy allows six."""
-    from burst.cloud.provision import pool_views
     from tests.builders import pool_row
 
     engine, sessions = sessions_in(tmp_path)
