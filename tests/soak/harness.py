@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -27,6 +27,7 @@ from typing import Any
 
 import urllib3
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from burst.clock import SystemClock
@@ -146,6 +147,42 @@ class Report:
     seconds: float = 0.0
 
 
+class PassTimes:
+    """How long the replicas' passes took lately, from their metrics (`burst_pass_seconds`):
+    what the checker allows for a pass that must come is a few of those, not of the interval."""
+
+    def __init__(self, ports: dict[str, int], token: str, window_s: float = 60.0) -> None:
+        self.ports, self.token, self.window_s = ports, token, window_s
+        self._totals: dict[int, tuple[float, float]] = {}  # port -> (sum, count) last read
+        self._means: deque[tuple[float, float]] = deque()  # (when, mean pass since the read before)
+
+    def mean(self) -> timedelta:
+        """The longest mean pass of any replica over the window (0 before any)."""
+        now = time.monotonic()
+        for port in self.ports.values():
+            answer = urllib3.request(
+                "GET",
+                f"http://127.0.0.1:{port}/metrics",
+                headers={"Authorization": f"Bearer {self.token}"},
+                timeout=5,
+            )
+            samples = {
+                sample.name: sample.value
+                for family in text_string_to_metric_families(answer.data.decode())
+                if family.name == "burst_pass_seconds"
+                for sample in family.samples
+            }
+            total = samples.get("burst_pass_seconds_sum", 0.0)
+            count = samples.get("burst_pass_seconds_count", 0.0)
+            before = self._totals.get(port)
+            self._totals[port] = (total, count)
+            if before is not None and count > before[1]:  # a restarted replica counts anew
+                self._means.append((now, (total - before[0]) / (count - before[1])))
+        while self._means and now - self._means[0][0] > self.window_s:
+            self._means.popleft()
+        return timedelta(seconds=max((m for _, m in self._means), default=0.0))
+
+
 class Soak:
     def __init__(self, workdir: Path, server_url: str, settings: Settings) -> None:
         self.dir, self.settings = workdir, settings
@@ -157,6 +194,7 @@ class Soak:
         self.stop = threading.Event()
         self.replicas: dict[str, world.Process] = {}
         self.ports: dict[str, int] = {}
+        self.passes = PassTimes(self.ports, self.token)
         self.timers: list[threading.Timer] = []  # the ends of faults under way
         self.helpers: list[threading.Thread] = []  # supervisor, fault injector, checker
         self.t0 = time.monotonic()
@@ -369,6 +407,8 @@ class Soak:
                     at = round(time.monotonic() - self.t0, 1)
                     self.report.backlog.append((at, {str(k): int(n) for k, n in states}))
                     counted = time.monotonic()
+            with contextlib.suppress(Exception):
+                self.checker.recent_pass = self.passes.mean()
             try:
                 self.checker.tick()
             except Exception:

@@ -149,3 +149,30 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
         local_cluster.stop()
         remote_cluster.stop()
         engine.dispose()
+
+
+def test_the_pass_length_allowed_is_read_from_the_replicas_metrics() -> None:
+    """The orphan allowance counts passes as long as the service reports them lately (run 12:
+    passes of 20 s, where the checker allowed four of a second)."""
+    from prometheus_client import CollectorRegistry, Histogram, start_http_server
+
+    from tests.soak.harness import PassTimes
+    from tests.soak.world import free_port
+
+    registry = CollectorRegistry()
+    passes = Histogram("burst_pass_seconds", "Time one reconcile pass took", registry=registry)
+    port = free_port()
+    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        times = PassTimes({"a": port}, token="t", window_s=3600)
+        passes.observe(0.5)
+        assert times.mean() == timedelta(0)  # a first read has nothing to compare with
+        passes.observe(15.0)
+        passes.observe(25.0)
+        assert times.mean() == timedelta(seconds=20)
+        passes.observe(1.0)
+        assert times.mean() == timedelta(seconds=20)  # the longest of the window
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
