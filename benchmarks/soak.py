@@ -57,7 +57,8 @@ def main() -> None:
     parser.add_argument(
         "--no-kills",
         action="store_true",
-        help="every fault but killing or pausing a replica (to watch one process's memory)",
+        help="every fault but killing or pausing a replica, database outages shorter than the "
+        "lease (to watch one leader's memory)",
     )
     parser.add_argument(
         "--heap",

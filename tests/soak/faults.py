@@ -71,7 +71,8 @@ def kinds(soak: Soak) -> dict[str, Callable[[], None]]:
         "kill_leader": kill("leader"),
         "kill_follower": kill("follower"),
         "pause_leader_past_lease": pause_leader,
-        "database_refuses": cut(soak.db_gate, 5),
+        # Past the lease (the leader steps down), except in a memory run, which keeps its leader.
+        "database_refuses": cut(soak.db_gate, 5 if soak.settings.kills else LEASE_S - 1),
         "apiserver_paused": pause(soak.onprem_proc, 4),
         "remote_unreachable_briefly": cut(soak.remote_gate, 3),
         "remote_unreachable_past_grace": cut(soak.remote_gate, REMOTE_GRACE.total_seconds() + 5),

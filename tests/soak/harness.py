@@ -114,7 +114,7 @@ class Settings:
     drain: float = 150.0
     speed: float = 120.0  # launches: minutes of the latency model become half-seconds
     longest: int = 2 * 86400  # trace seconds a run is capped at (feed.jobs)
-    kills: bool = True  # False: no replica killed or paused (to watch one process's memory)
+    kills: bool = True  # False: no replica killed or paused, no outage past the lease (memory)
     # Replicas under tracemalloc, writing their growing allocation sites (tests/soak/heap.py).
     heap: bool = False
     # Finished Jobs and PyTorchJobs deleted this many seconds after they end
