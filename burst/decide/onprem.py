@@ -85,6 +85,8 @@ class Nodes:
         """Whether the pods fit the nodes' free GPUs now."""
         if per_pod <= 0:
             return True
+        if pods == 1:  # the most free on one node: the tree's root
+            return self._tree[1] >= per_pod
         if per_pod * pods > self.total:
             return False
         return sum(n * (f // per_pod) for f, n in self.counts.items()) >= pods

@@ -205,6 +205,29 @@ class _Planner:
             sweep.leave()
         return False
 
+    def _fulls(self, pending: list[Workload], settled: set[str]) -> dict[str, str | None]:
+        """Why the placement would refuse each workload that may leave, whatever sends it (None:
+        it may be placed). The placement does not change while a round walks the queue."""
+        return {
+            w.uid: placement_full(self.placement, w, self.policy_of[w.uid])
+            for w in pending
+            if w.uid in self.policy_of and w.uid not in settled
+        }
+
+    def _walk(self, pending: list[Workload], fulls: dict[str, str | None]) -> int:
+        """How much of the queue a round walks: under strict FIFO, up to the last workload that
+        may leave (those behind change no estimate ahead of them); under best-effort FIFO, all of
+        it (one behind may take the GPUs one ahead waits for), unless none may leave. A replay's
+        queue under spent budgets or full caps holds thousands that none may: it walks none."""
+        may = [
+            i
+            for i, w in enumerate(pending)
+            if w.uid in fulls and (self.explain or fulls[w.uid] is None)
+        ]
+        if not may:
+            return 0
+        return len(pending) if self.queueing == "BestEffortFIFO" else may[-1] + 1
+
     # -- the whole plan --
 
     def run(self) -> Plan:
@@ -241,10 +264,14 @@ class _Planner:
             ):
                 self.placement = self._placement()
                 placed.clear()
+            fulls = self._fulls(pending, placed | stays)
+            walk = self._walk(pending, fulls)
+            if not walk:
+                break
             queue = [w for w in pending if w.uid not in placed]
             sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
             wants: list[Want] = []
-            for w in pending:
+            for w in pending[:walk]:
                 est = sweep.estimate(w, runtimes[w.uid])
                 policy = self.policy_of.get(w.uid)
                 if w.uid in placed:
@@ -253,7 +280,7 @@ class _Planner:
                 if policy is None or w.uid in stays:
                     sweep.stay(w, est)
                     continue
-                full = placement_full(self.placement, w, policy)
+                full = fulls[w.uid]
                 if full is not None and not self.explain:
                     sweep.stay(w, est)  # it would be refused whatever sends it
                     continue
