@@ -4,7 +4,7 @@ with `--optimum N` each policy's cost against the windowed optimum too.
 
     python benchmarks/seeds.py [--traces openb,philly] [--seeds 1-5] [--clouds realistic,ideal]
         [--runtimes exact,noisy,learned] [--optimum 200] [--workers 2] [--wait-price 1.6]
-        [--queueing BestEffortFIFO]
+        [--queueing BestEffortFIFO] [--margin measured]
 
 A row: cost, missed deadlines and mean completion time of burst, compute-wait, constant-wait and
 no-wait, then whether burst was cheaper than each at no more misses and no later mean completion
@@ -39,6 +39,7 @@ def run(
     workers: int,
     wait_price: str,
     queueing: str,
+    margin: str,
 ) -> dict[str, Any]:
     argv = [sys.executable, "-m", "burst", "simulate", "--trace", trace, "-c"]
     argv += [str(ROOT / "docs" / "examples" / "simulate"), "--baselines", "--format", "json"]
@@ -46,6 +47,7 @@ def run(
     argv += ["--workers", str(workers)] + (["--optimum", str(optimum)] if optimum else [])
     argv += ["--wait-price", wait_price] if wait_price else []
     argv += ["--queueing", queueing] if queueing else []
+    argv += ["--margin", margin] if margin else []
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -63,7 +65,7 @@ def verdict(burst: dict[str, Any], other: dict[str, Any]) -> str:
 
 def row(trace: str, seed: int, clouds: str, runtimes: str, result: dict[str, Any]) -> str:
     by = {p["name"]: p for p in result["policies"]}
-    cells = [trace, clouds, runtimes, str(seed)]
+    cells = [trace, clouds, runtimes, str(seed), f"{result['burst_margin_s'] // 60} min"]
     for name in ("burst", *BASELINES):
         p = by[name]
         cells += [
@@ -96,8 +98,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--wait-price", default="", help="burst's trigger.waitPrice (per GPU-h)")
     parser.add_argument("--queueing", default="", help="the on-prem cluster's (onPrem.queueing)")
+    parser.add_argument("--margin", default="", help="burst's margin: a duration, or 'measured'")
     args = parser.parse_args()
-    head = ["trace", "clouds", "runtimes", "seed"]
+    head = ["trace", "clouds", "runtimes", "seed", "burst margin"]
     for name in ("burst", *BASELINES):
         head += [f"{name} cost", "missed", "mean JCT"]
     head += [f"cheaper than {name}" for name in BASELINES]
@@ -119,6 +122,7 @@ def main() -> None:
                         args.workers,
                         args.wait_price,
                         args.queueing,
+                        args.margin,
                     )
                     print(row(trace, seed, clouds, runtimes, result), flush=True)
                     took = time.perf_counter() - started

@@ -92,6 +92,14 @@ def simulate_cmd(
             "BestEffortFIFO, a job that fits starts past an older one that does not.",
         ),
     ] = None,
+    margin: Annotated[
+        str | None,
+        typer.Option(
+            help="Burst's deadline safety margin (30m, 2h; instead of the configuration's), or "
+            "'measured': the 90th percentile of how much longer jobs ran than burst was told, as "
+            "a replay of burst first measures it with the runtimes asked (--runtimes).",
+        ),
+    ] = None,
     optimum: Annotated[
         int,
         typer.Option(
@@ -106,7 +114,8 @@ def simulate_cmd(
     """Replay a job trace through burst's decision and simulated clouds, on virtual time; compare
     it with the baselines and with a lower bound on the cloud cost of meeting every deadline."""
     from burst.cloud import catalog
-    from burst.sim import compare, simulate, trace
+    from burst.durations import DurationError, format_duration, parse_duration
+    from burst.sim import compare, simulate, trace, variants
     from burst.sim.state import CLOUD_MODELS
 
     cfg = require_config(config_path, "simulate")
@@ -130,10 +139,17 @@ def simulate_cmd(
                 price = Decimal("NaN")
             if not price.is_finite() or price < 0:
                 raise ValueError(f"--wait-price: {wait_price!r} is not a price of 0 or more")
-            cfg = compare.with_trigger(cfg, policy.metadata.name, wait_price=price)
+            cfg = variants.with_trigger(cfg, policy.metadata.name, wait_price=price)
             policy = cfg.policies[policy.metadata.name]
         if queueing is not None:
-            cfg = compare.with_queueing(cfg, queueing)
+            cfg = variants.with_queueing(cfg, queueing)
+        if margin is not None and margin != "measured":
+            try:
+                fixed = parse_duration(margin)
+            except DurationError as exc:
+                raise ValueError(f"--margin: {exc} (or 'measured')") from None
+            cfg = variants.with_margin(cfg, policy.metadata.name, fixed)
+            policy = cfg.policies[policy.metadata.name]
         raw = trace.read(path)
         slack = trace.slack_rule(deadline_slack)
         if onprem is not None and onprem_gpus is not None:
@@ -176,6 +192,20 @@ def simulate_cmd(
                 tasks[label] = bar.add_task(label, total=1.0)
             bar.update(tasks[label], completed=share)
 
+        if margin == "measured":
+            first = simulate.World(
+                jobs, sizes, cfg, offers, seed=seed, clouds=CLOUD_MODELS[clouds], runtimes=runtimes
+            ).run(simulate.Burst(cfg), lambda share: progress("measuring runtime error", share))
+            chosen = variants.measured_margin(first)
+            if chosen is not None:
+                cfg = variants.with_margin(cfg, policy.metadata.name, chosen)
+                policy = cfg.policies[policy.metadata.name]
+            errors.print(
+                "margin: "
+                + ("as configured (no runtime told)" if chosen is None else format_duration(chosen))
+                + f", measured on a replay of burst with --runtimes {runtimes}",
+                highlight=False,
+            )
         runner = stack.enter_context(_executor(workers, dask))
         result = compare.compare(
             path.name,

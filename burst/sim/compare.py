@@ -14,7 +14,6 @@ import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, as_completed
 from dataclasses import dataclass, field
-from dataclasses import replace as replace_dataclass
 from datetime import timedelta
 from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any, Literal
@@ -29,6 +28,7 @@ from burst.sim import baselines, bound, simulate, windows
 from burst.sim.simulate import World, price_cap_usd_micros, target_regions
 from burst.sim.state import DEFAULT_CLOUDS, CloudModel, Outcome, RuntimeMode, usd_rate
 from burst.sim.trace import SimJob
+from burst.sim.variants import with_margin, with_trigger
 
 Format = Literal["text", "json", "html"]
 SWEEP = tuple(
@@ -53,30 +53,7 @@ class Comparison:
     sweep: list[tuple[str, timedelta, Outcome]] = field(default_factory=list)
     prices: list[tuple[Decimal, Outcome]] = field(default_factory=list)  # burst's wait price
     windows: list[windows.Window] = field(default_factory=list)  # the windowed optimum
-
-
-def with_margin(config: Config, policy: str, margin: timedelta) -> Config:
-    """The configuration with one policy's deadline safety margin changed."""
-    return with_trigger(config, policy, deadline_safety_margin=margin)
-
-
-def with_trigger(config: Config, policy: str, **changes: Any) -> Config:
-    """The configuration with one policy's trigger changed."""
-    p = config.policies[policy]
-    trigger = p.spec.trigger.model_copy(update=changes)
-    changed = p.model_copy(update={"spec": p.spec.model_copy(update={"trigger": trigger})})
-    return replace_dataclass(config, policies={**config.policies, policy: changed})
-
-
-def with_queueing(config: Config, queueing: str) -> Config:
-    """The configuration with the on-prem cluster's queueing changed."""
-    assert config.service is not None
-    spec = config.service.spec
-    on_prem = spec.on_prem.model_copy(update={"queueing": queueing})
-    service = config.service.model_copy(
-        update={"spec": spec.model_copy(update={"on_prem": on_prem})}
-    )
-    return replace_dataclass(config, service=service)
+    margin: timedelta = timedelta(0)  # burst's deadline safety margin
 
 
 def cheapest_gpu_second(
@@ -202,6 +179,7 @@ def compare(
         slack,
         policy.spec.limits.currency,
         lower_bound(jobs, sum(onprem.values()), config, policy, catalog),
+        margin=policy.spec.trigger.deadline_safety_margin,
     )
     chosen = policies(config, policy, catalog, jobs, include_baselines=include_baselines)
     replays = [_Replay(p.name, p, config, ("outcome",)) for p in chosen]
@@ -289,6 +267,7 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
             "jobs_burst": o.burst_jobs,
             "unfinished": o.unfinished,
             "decisions": o.decisions,
+            "runtime_overrun_p90_s": o.overrun_p90_s,
         }
 
     out: dict[str, Any] = {
@@ -298,6 +277,7 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
         "seed": result.seed,
         "deadline_slack": result.slack,
         "currency": result.currency,
+        "burst_margin_s": int(result.margin.total_seconds()),
         "lower_bound": {
             "cost": float(bound_cost),
             "cloud_gpu_hours": round(result.bound.cloud_work / 3600, 1),

@@ -185,7 +185,16 @@ class World(Views):
             interruptions=self.interruptions,
             decisions=self.decisions,
             job_usd_micros=dict(self.job_usage),
+            overrun_p90_s=self._overrun_p90(),
         )
+
+    def _overrun_p90(self) -> float | None:
+        overruns = [
+            float(max(0, self.jobs[i].spec.duration - told))
+            for i, told in self.told.items()
+            if told is not None
+        ]
+        return _quantile(overruns, 0.9) if overruns else None
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -135,6 +135,9 @@ class Outcome:
     decisions: int
     # USD micros of node-hours each job that ran in a cloud accounts for, by job id (windows.py)
     job_usd_micros: dict[str, int] = field(default_factory=dict)
+    # How far runtimes outran what the decision was told: the 90th percentile, over the jobs
+    # told one, of how much longer each ran (0 for those that ran no longer); None: none was told.
+    overrun_p90_s: float | None = None
 
 
 def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:

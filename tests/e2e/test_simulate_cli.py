@@ -123,3 +123,22 @@ def test_a_price_on_waiting_from_the_command_line() -> None:
     assert priced["mean_jct_s"] < plain["mean_jct_s"] and priced["cost"] > plain["cost"]
     done = simulate(*base, "--wait-price", "-1")
     assert done.returncode == 1 and "--wait-price: '-1' is not a price of 0 or more" in done.stderr
+
+
+def test_a_margin_from_the_command_line_or_measured_on_a_replay() -> None:
+    """--margin sets burst's deadline safety margin for the replay; 'measured' takes it from how
+    much longer jobs ran than burst was told on a first replay (noisy guesses: longer than none,
+    which exact runtimes measure); a margin that is not a duration is named."""
+    base = ("--trace", "openb", "-c", CONFIG, "--format", "json")
+    fixed = json.loads(simulate(*base, "--margin", "2h").stdout)
+    assert fixed["burst_margin_s"] == 7200
+    done = simulate(*base, "--margin", "measured", "--runtimes", "noisy")
+    assert done.returncode == 0, done.stderr[-2000:]
+    noisy = json.loads(done.stdout)
+    told = noisy["policies"][0]["runtime_overrun_p90_s"]
+    assert told > 0 and noisy["burst_margin_s"] == -(-told // 60) * 60
+    assert "measured on a replay of burst with --runtimes noisy" in done.stderr
+    exact = json.loads(simulate(*base, "--margin", "measured").stdout)
+    assert exact["burst_margin_s"] == 0
+    done = simulate(*base, "--margin", "soon")
+    assert done.returncode == 1 and "--margin: " in done.stderr, done.stderr

@@ -12,7 +12,7 @@ from burst import config
 from burst.amounts import Money
 from burst.cloud import catalog
 from burst.model import CLOUDS, Action, CreatePool, Dispatch, ResizePool
-from burst.sim import baselines, compare, simulate
+from burst.sim import baselines, compare, simulate, variants
 from burst.sim.state import START, CloudModel
 from burst.sim.trace import SimJob
 from providers.sim import Latency
@@ -63,7 +63,7 @@ def test_the_cluster_places_each_pod_on_one_node() -> None:
         ("StrictFIFO", [0, 0, 1000, 1000]),
         ("BestEffortFIFO", [0, 0, 1000, 20]),
     ):
-        cfg = compare.with_queueing(CFG, queueing)
+        cfg = variants.with_queueing(CFG, queueing)
         world = simulate.World(jobs, {"V100": 16}, cfg, OFFERS, seed=1, clouds=STEADY)
         world.run(baselines.Never())
         assert [j.started for j in world.jobs] == starts, queueing
@@ -99,7 +99,7 @@ def test_a_best_effort_cluster_runs_every_policy_out_of_order_and_burst_expects_
     jobs = [job("a", 0, 1000, 6, 10_000), job("b", 10, 50, 4, 10_000), job("c", 20, 50, 2, 400)]
     world, out = replay(simulate.Burst(CFG), jobs)
     assert world.jobs[2].ran_in_cloud and out.burst_jobs == 1
-    best_effort = compare.with_queueing(CFG, "BestEffortFIFO")
+    best_effort = variants.with_queueing(CFG, "BestEffortFIFO")
     for policy in (baselines.Never(), simulate.Burst(best_effort)):
         world = simulate.World(jobs, {"V100": 8}, best_effort, OFFERS, seed=1, clouds=STEADY)
         out = world.run(policy)
@@ -265,7 +265,7 @@ def test_a_quiet_hour_does_not_let_a_queued_job_miss_its_deadline() -> None:
     from importlib import resources
     from pathlib import Path
 
-    from burst.sim import compare, trace
+    from burst.sim import trace
 
     cfg = config.load(
         [ROOT / "docs" / "examples" / "simulate"],
@@ -280,7 +280,7 @@ def test_a_quiet_hour_does_not_let_a_queued_job_miss_its_deadline() -> None:
         slack=trace.slack_rule("uniform:1.5:4"),
         seed=1,
     )
-    priced = compare.with_trigger(cfg, policy.metadata.name, wait_price=Decimal("0.8"))
+    priced = variants.with_trigger(cfg, policy.metadata.name, wait_price=Decimal("0.8"))
     assert cfg.service is not None
     offers = SHIPPED.with_overrides(cfg.service.spec.catalog)
     world = simulate.World(jobs, {"V100": trace.onprem_gpus(raw)}, priced, offers, seed=1)
@@ -294,8 +294,6 @@ def test_replays_run_alike_in_turn_in_local_processes_and_on_dask() -> None:
     from multiprocessing import get_context
 
     from distributed import Client, LocalCluster
-
-    from burst.sim import compare
 
     jobs = [job(f"j{i}", 600 * i, 3600, 8, 600 * i + 3 * 3600) for i in range(12)]
 
@@ -351,3 +349,20 @@ def test_each_product_on_prem_runs_the_jobs_that_ask_for_it() -> None:
     assert max(j.finished for j in world.jobs) < 15 * 3600
     # The decision sees what each asks for and where its pods run.
     assert {world.workload(i).accelerator for i in range(200)} == {"V100", "T4"}
+
+
+def test_the_margin_is_chosen_against_how_much_longer_jobs_ran_than_told() -> None:
+    """Learned runtimes: three runs of `train` take 100 s each. Then `block` (8 GPUs, as they
+    were) is told 100 s from the namespace's 8-GPU runs and runs 1,000 s; `train-4`, queued
+    behind it, is told 100 s and runs 400 s. Nine in ten of those two overran by at most 900 s:
+    a margin of 15 minutes. Exact runtimes are never outrun; told none, nothing is measured."""
+    jobs = [job(f"train-{i + 1}", 200 * i, 100, 8, 100_000) for i in range(3)]
+    jobs += [job("block", 1000, 1000, 8, 100_000), job("train-4", 1100, 400, 8, 100_000)]
+    outcomes = {}
+    for mode in ("learned", "exact", "none"):
+        world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY, runtimes=mode)
+        outcomes[mode] = world.run(simulate.Burst(CFG))
+    assert outcomes["learned"].overrun_p90_s == 900
+    assert variants.measured_margin(outcomes["learned"]) == timedelta(minutes=15)
+    assert variants.measured_margin(outcomes["exact"]) == timedelta(0)
+    assert variants.measured_margin(outcomes["none"]) is None
