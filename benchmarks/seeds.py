@@ -4,7 +4,7 @@ with `--optimum N` each policy's cost against the windowed optimum too.
 
     python benchmarks/seeds.py [--traces openb,philly] [--seeds 1-5] [--clouds realistic,ideal]
         [--runtimes exact,noisy,learned] [--optimum 200] [--workers 2] [--wait-price 1.6]
-        [--queueing BestEffortFIFO] [--margin measured]
+        [--queueing BestEffortFIFO] [--margin measured|measured-share|30m|25%]
 
 A row: cost, missed deadlines and mean completion time of burst, compute-wait, constant-wait and
 no-wait, then whether burst was cheaper than each at no more misses and no later mean completion
@@ -65,7 +65,9 @@ def verdict(burst: dict[str, Any], other: dict[str, Any]) -> str:
 
 def row(trace: str, seed: int, clouds: str, runtimes: str, result: dict[str, Any]) -> str:
     by = {p["name"]: p for p in result["policies"]}
-    cells = [trace, clouds, runtimes, str(seed), f"{result['burst_margin_s'] // 60} min"]
+    share = result["burst_margin_share"]
+    margin = f"{share * 100:g} %" if share else f"{result['burst_margin_s'] // 60} min"
+    cells = [trace, clouds, runtimes, str(seed), margin]
     for name in ("burst", *BASELINES):
         p = by[name]
         cells += [
@@ -98,7 +100,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--wait-price", default="", help="burst's trigger.waitPrice (per GPU-h)")
     parser.add_argument("--queueing", default="", help="the on-prem cluster's (onPrem.queueing)")
-    parser.add_argument("--margin", default="", help="burst's margin: a duration, or 'measured'")
+    parser.add_argument(
+        "--margin", default="", help="burst's margin: 30m, 25%%, measured or measured-share"
+    )
     args = parser.parse_args()
     head = ["trace", "clouds", "runtimes", "seed", "burst margin"]
     for name in ("burst", *BASELINES):

@@ -95,9 +95,10 @@ def simulate_cmd(
     margin: Annotated[
         str | None,
         typer.Option(
-            help="Burst's deadline safety margin (30m, 2h; instead of the configuration's), or "
-            "'measured': the 90th percentile of how much longer jobs ran than burst was told, as "
-            "a replay of burst first measures it with the runtimes asked (--runtimes).",
+            help="Burst's deadline safety margin, instead of the configuration's: a duration (30m), "
+            "a share of each job's runtime (25%), or measured on a first replay of burst with the "
+            "runtimes asked (--runtimes): 'measured', the 90th percentile of how much longer jobs "
+            "ran than burst was told; 'measured-share', the same as a share of the runtime told.",
         ),
     ] = None,
     optimum: Annotated[
@@ -114,7 +115,6 @@ def simulate_cmd(
     """Replay a job trace through burst's decision and simulated clouds, on virtual time; compare
     it with the baselines and with a lower bound on the cloud cost of meeting every deadline."""
     from burst.cloud import catalog
-    from burst.durations import DurationError, format_duration, parse_duration
     from burst.sim import compare, simulate, trace, variants
     from burst.sim.state import CLOUD_MODELS
 
@@ -143,12 +143,8 @@ def simulate_cmd(
             policy = cfg.policies[policy.metadata.name]
         if queueing is not None:
             cfg = variants.with_queueing(cfg, queueing)
-        if margin is not None and margin != "measured":
-            try:
-                fixed = parse_duration(margin)
-            except DurationError as exc:
-                raise ValueError(f"--margin: {exc} (or 'measured')") from None
-            cfg = variants.with_margin(cfg, policy.metadata.name, fixed)
+        if margin is not None and margin not in variants.MEASURED:
+            cfg = variants.with_margin(cfg, policy.metadata.name, *variants.parse_margin(margin))
             policy = cfg.policies[policy.metadata.name]
         raw = trace.read(path)
         slack = trace.slack_rule(deadline_slack)
@@ -192,17 +188,21 @@ def simulate_cmd(
                 tasks[label] = bar.add_task(label, total=1.0)
             bar.update(tasks[label], completed=share)
 
-        if margin == "measured":
+        if margin in variants.MEASURED:
             first = simulate.World(
                 jobs, sizes, cfg, offers, seed=seed, clouds=CLOUD_MODELS[clouds], runtimes=runtimes
             ).run(simulate.Burst(cfg), lambda share: progress("measuring runtime error", share))
-            chosen = variants.measured_margin(first)
+            chosen = variants.measured(first, margin)
             if chosen is not None:
-                cfg = variants.with_margin(cfg, policy.metadata.name, chosen)
+                cfg = variants.with_margin(cfg, policy.metadata.name, *chosen)
                 policy = cfg.policies[policy.metadata.name]
             errors.print(
                 "margin: "
-                + ("as configured (no runtime told)" if chosen is None else format_duration(chosen))
+                + (
+                    "as configured (no runtime told)"
+                    if chosen is None
+                    else variants.worded(*chosen)
+                )
                 + f", measured on a replay of burst with --runtimes {runtimes}",
                 highlight=False,
             )

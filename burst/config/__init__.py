@@ -15,6 +15,7 @@ from burst.config.documents import (
     SelectorRequirement,
     ServiceConfig,
     TargetSpec,
+    Trigger,
     WorkloadSelector,
 )
 from burst.config.load import Config, ConfigError, Problem, Vocabulary, load
@@ -36,6 +37,7 @@ __all__ = [
     "SelectorRequirement",
     "ServiceConfig",
     "TargetSpec",
+    "Trigger",
     "Vocabulary",
     "WorkloadSelector",
     "load",

@@ -374,6 +374,10 @@ class WorkloadSelector(Strict):
 
 class Trigger(Strict):
     deadline_safety_margin: Duration = timedelta(minutes=15)
+    # A share of the workload's expected runtime added to the margin: an estimate is off in
+    # proportion to the run (a p80 estimate of a run of hours misses by tens of minutes, one of
+    # minutes by seconds). 0.25: a run of 4 h has an hour more.
+    deadline_safety_share: float = Field(default=0.0, ge=0, le=10)
     max_pending_wait: Duration | None = None
     quota_exhausted: bool = False
     # What finishing an hour sooner is worth per GPU, in the policy's currency: a workload that

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from burst.amounts import Money
-from burst.config import BurstPolicy, TargetSpec
+from burst.config import BurstPolicy, TargetSpec, Trigger
 from burst.decide.onprem import Estimate, Sweep
 from burst.decide.wording import at
 from burst.durations import format_duration
@@ -52,13 +52,13 @@ def trigger(
                 "",
             )
         return (f"on-prem cannot run it: needs {w.gpus} {product}, on-prem has {have}", "")
+    margin = t.deadline_safety_margin
     if w.deadline is not None and est.finish is not None:
-        latest = w.deadline - t.deadline_safety_margin
-        if est.finish > latest:
+        margin = safety_margin(t, est.finish - est.start)
+        if est.finish > w.deadline - margin:
             return (
                 f"deadline at risk: est. on-prem finish {at(est.finish, now)} > "
-                f"{at(w.deadline, now)} - {format_duration(t.deadline_safety_margin)} "
-                "margin",
+                f"{at(w.deadline, now)} - {format_duration(margin)} margin",
                 "",
             )
     waited = now - w.pending_since
@@ -74,7 +74,7 @@ def trigger(
     if w.deadline is not None:
         why = (
             f"deadline met on-prem: est. finish {at(est.finish, now)} <= "
-            f"{at(w.deadline, now)} - {format_duration(t.deadline_safety_margin)} margin"
+            f"{at(w.deadline, now)} - {format_duration(margin)} margin"
         )
     else:
         why = f"no deadline; est. on-prem start {at(est.start, now)}"
@@ -137,4 +137,14 @@ def spot_allowed(want: Want, targets: Iterable[TargetSpec], now: datetime) -> bo
     # spot-if-slack: an interruption costs a restart from scratch; the slack must absorb it.
     slowest = max((t.provisioning for t in targets), default=timedelta(0))
     one_run = slowest + want.runtime
-    return now + 2 * one_run <= want.w.deadline - want.policy.spec.trigger.deadline_safety_margin
+    return now + 2 * one_run <= want.w.deadline - safety_margin(
+        want.policy.spec.trigger, want.runtime
+    )
+
+
+def safety_margin(t: Trigger, runtime: timedelta) -> timedelta:
+    """How long before its deadline a run of `runtime` is to finish: the policy's fixed margin
+    and its share of the run (whole seconds, as the margin is worded)."""
+    return t.deadline_safety_margin + timedelta(
+        seconds=round(runtime.total_seconds() * t.deadline_safety_share)
+    )

@@ -53,7 +53,8 @@ class Comparison:
     sweep: list[tuple[str, timedelta, Outcome]] = field(default_factory=list)
     prices: list[tuple[Decimal, Outcome]] = field(default_factory=list)  # burst's wait price
     windows: list[windows.Window] = field(default_factory=list)  # the windowed optimum
-    margin: timedelta = timedelta(0)  # burst's deadline safety margin
+    margin: timedelta = timedelta(0)  # burst's deadline safety margin: fixed
+    margin_share: float = 0.0  # and its share of each runtime
 
 
 def cheapest_gpu_second(
@@ -180,6 +181,7 @@ def compare(
         policy.spec.limits.currency,
         lower_bound(jobs, sum(onprem.values()), config, policy, catalog),
         margin=policy.spec.trigger.deadline_safety_margin,
+        margin_share=policy.spec.trigger.deadline_safety_share,
     )
     chosen = policies(config, policy, catalog, jobs, include_baselines=include_baselines)
     replays = [_Replay(p.name, p, config, ("outcome",)) for p in chosen]
@@ -268,6 +270,7 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
             "unfinished": o.unfinished,
             "decisions": o.decisions,
             "runtime_overrun_p90_s": o.overrun_p90_s,
+            "runtime_overrun_share_p90": o.overrun_share_p90,
         }
 
     out: dict[str, Any] = {
@@ -278,6 +281,7 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
         "deadline_slack": result.slack,
         "currency": result.currency,
         "burst_margin_s": int(result.margin.total_seconds()),
+        "burst_margin_share": result.margin_share,
         "lower_bound": {
             "cost": float(bound_cost),
             "cloud_gpu_hours": round(result.bound.cloud_work / 3600, 1),

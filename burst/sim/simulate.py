@@ -185,12 +185,15 @@ class World(Views):
             interruptions=self.interruptions,
             decisions=self.decisions,
             job_usd_micros=dict(self.job_usage),
-            overrun_p90_s=self._overrun_p90(),
+            overrun_p90_s=self._overrun_p90(lambda told: 1),
+            overrun_share_p90=self._overrun_p90(lambda told: told),
         )
 
-    def _overrun_p90(self) -> float | None:
+    def _overrun_p90(self, per: Callable[[int], int]) -> float | None:
+        """The 90th percentile of how much longer the jobs told a runtime ran, each divided by
+        `per` of what it was told (1: in seconds; the runtime told: as a share of it)."""
         overruns = [
-            float(max(0, self.jobs[i].spec.duration - told))
+            max(0, self.jobs[i].spec.duration - told) / per(told)
             for i, told in self.told.items()
             if told is not None
         ]
@@ -225,13 +228,16 @@ class Burst:
             ),
             default=0.0,
         )
+        self.share = max(
+            (p.spec.trigger.deadline_safety_share for p in config.policies.values()), default=0.0
+        )
 
     def wake_at(self, job: SimJob) -> float | None:
         """The service plans every pass; here, a decision is due when nothing else happens by the
         time a job still queued must burst: past the maximum wait, or at the last moment its
         deadline trigger can fire (its deadline less the margin and its runtime). Without it, a
         quiet hour let such a job miss its deadline on-prem."""
-        wakes = [job.deadline - self.margin - job.duration]
+        wakes = [job.deadline - self.margin - job.duration * (1 + self.share)]
         if self.max_wait is not None:
             wakes.append(job.submit + self.max_wait.total_seconds())
         return max(job.submit, min(wakes))

@@ -138,6 +138,7 @@ class Outcome:
     # How far runtimes outran what the decision was told: the 90th percentile, over the jobs
     # told one, of how much longer each ran (0 for those that ran no longer); None: none was told.
     overrun_p90_s: float | None = None
+    overrun_share_p90: float | None = None  # the same, each as a share of the runtime told
 
 
 def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:

@@ -12,12 +12,17 @@ from datetime import timedelta
 from typing import Any
 
 from burst.config import Config
+from burst.durations import DurationError, format_duration, parse_duration
 from burst.sim.state import Outcome
 
+# `--margin` chosen from a first replay: one duration, or a share of each runtime
+MEASURED = ("measured", "measured-share")
 
-def with_margin(config: Config, policy: str, margin: timedelta) -> Config:
-    """The configuration with one policy's deadline safety margin changed."""
-    return with_trigger(config, policy, deadline_safety_margin=margin)
+
+def with_margin(config: Config, policy: str, margin: timedelta, share: float = 0.0) -> Config:
+    """The configuration with one policy's deadline safety margin replaced: a fixed part and a
+    share of each workload's runtime."""
+    return with_trigger(config, policy, deadline_safety_margin=margin, deadline_safety_share=share)
 
 
 def with_trigger(config: Config, policy: str, **changes: Any) -> Config:
@@ -47,3 +52,45 @@ def measured_margin(outcome: Outcome) -> timedelta | None:
     if outcome.overrun_p90_s is None:
         return None
     return timedelta(minutes=math.ceil(outcome.overrun_p90_s / 60))
+
+
+def measured_share(outcome: Outcome) -> float | None:
+    """The share of its runtime that covers nine overruns in ten, each as a share of the
+    runtime told (to the hundredth above); None when no job was told a runtime."""
+    if outcome.overrun_share_p90 is None:
+        return None
+    return math.ceil(round(outcome.overrun_share_p90 * 100, 6)) / 100
+
+
+def parse_margin(text: str) -> tuple[timedelta, float]:
+    """`--margin`: a duration (30m) or a share of each workload's runtime (25%), as (fixed part,
+    share)."""
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1]) / 100
+        except ValueError:
+            share = -1.0
+        if not 0 <= share <= 10:
+            raise ValueError(f"--margin: {text!r} is not a share of 0 to 1000 %")
+        return timedelta(0), share
+    try:
+        return parse_duration(text), 0.0
+    except DurationError as exc:
+        raise ValueError(
+            f"--margin: {exc} (or a share such as 25%, or {' or '.join(MEASURED)})"
+        ) from None
+
+
+def measured(outcome: Outcome, how: str) -> tuple[timedelta, float] | None:
+    """The margin `how` (one of MEASURED) a replay's outcome calls for, as (fixed part, share)."""
+    if how == "measured":
+        fixed = measured_margin(outcome)
+        return None if fixed is None else (fixed, 0.0)
+    share = measured_share(outcome)
+    return None if share is None else (timedelta(0), share)
+
+
+def worded(fixed: timedelta, share: float) -> str:
+    parts = [format_duration(fixed)] if fixed or not share else []
+    parts += [f"{share * 100:g} % of each runtime"] if share else []
+    return " + ".join(parts)

@@ -131,7 +131,13 @@ def test_a_margin_from_the_command_line_or_measured_on_a_replay() -> None:
     which exact runtimes measure); a margin that is not a duration is named."""
     base = ("--trace", "openb", "-c", CONFIG, "--format", "json")
     fixed = json.loads(simulate(*base, "--margin", "2h").stdout)
-    assert fixed["burst_margin_s"] == 7200
+    assert (fixed["burst_margin_s"], fixed["burst_margin_share"]) == (7200, 0)
+    share = json.loads(simulate(*base, "--margin", "25%").stdout)
+    assert (share["burst_margin_s"], share["burst_margin_share"]) == (0, 0.25)
+    done = simulate(*base, "--margin", "measured-share", "--runtimes", "noisy")
+    told = json.loads(done.stdout)["policies"][0]["runtime_overrun_share_p90"]
+    assert 0 < told <= json.loads(done.stdout)["burst_margin_share"] < told + 0.01
+    assert "% of each runtime, measured on a replay" in done.stderr, done.stderr
     done = simulate(*base, "--margin", "measured", "--runtimes", "noisy")
     assert done.returncode == 0, done.stderr[-2000:]
     noisy = json.loads(done.stdout)

@@ -630,3 +630,19 @@ def test_a_price_on_waiting_bursts_a_job_when_the_time_it_saves_pays_for_the_clo
     # The hours saved (3 h on-prem wait less the fastest launch) are priced per GPU.
     assert "2h52m sooner, worth 0.29 USD at 0.10 USD per GPU-hour" in reason, reason
     assert "worth 1.15 USD at 0.10 USD" in skip_reason(_waiting("0.10", gpus=4), "w1")
+
+
+def test_a_margin_in_proportion_to_the_runtime_widens_it_for_long_runs() -> None:
+    """A run of 2 h estimated to end an hour before its deadline: safe with 30 minutes and a
+    quarter of the run (1 h in all), at risk with half of it (1h30m)."""
+
+    def plan(share: float) -> Plan:
+        trigger = {"deadlineSafetyMargin": "30m", "deadlineSafetyShare": share}
+        cfg = make_config(("ml", policy_spec(trigger=trigger)))
+        snap = Snapshot(NOW, (workload(deadline=NOW + 6 * H),), BUSY_V100, ())
+        return decide.plan(snap, CATALOG, cfg, NOW)
+
+    met = "deadline met on-prem: est. finish 14:00 <= 15:00 - 1h margin"
+    assert skip_reason(plan(0.25), "w1") == met
+    (d,) = dispatches(plan(0.5)).values()
+    assert "deadline at risk: est. on-prem finish 14:00 > 15:00 - 1h30m margin" in d.reason

@@ -364,5 +364,8 @@ def test_the_margin_is_chosen_against_how_much_longer_jobs_ran_than_told() -> No
         outcomes[mode] = world.run(simulate.Burst(CFG))
     assert outcomes["learned"].overrun_p90_s == 900
     assert variants.measured_margin(outcomes["learned"]) == timedelta(minutes=15)
+    # As shares of what each was told: 9 (900 s of 100) and 3 (300 of 100).
+    assert outcomes["learned"].overrun_share_p90 == 9.0
+    assert variants.measured(outcomes["learned"], "measured-share") == (timedelta(0), 9.0)
     assert variants.measured_margin(outcomes["exact"]) == timedelta(0)
     assert variants.measured_margin(outcomes["none"]) is None
