@@ -196,9 +196,11 @@ def simulate_cmd(
             if chosen is not None:
                 cfg = variants.with_margin(cfg, policy.metadata.name, *chosen)
                 policy = cfg.policies[policy.metadata.name]
-            said = "as configured (no runtime told)" if chosen is None else variants.worded(*chosen)
+            words = (
+                "as configured (no runtime told)" if chosen is None else variants.worded(*chosen)
+            )
             errors.print(
-                f"margin: {said}, measured on a replay of burst with --runtimes {runtimes}",
+                f"margin: {words}, measured on a replay of burst with --runtimes {runtimes}",
                 highlight=False,
             )
         runner = stack.enter_context(_executor(workers, dask))
