@@ -346,6 +346,9 @@ class Provisioner:
         failpoints.hit("pool-deleted-in-cloud")
         if row.deleted_at is None:
             row.deleted_at = gone_at(self, session, row)
+            if row.deleted_at is None:
+                log.info("pool %s: gone; its instances' ends asked again next pass", name)
+                return None
             session.commit()
         return row
 
@@ -374,17 +377,18 @@ def look(provisioner: Provisioner, session: Session, row: Pool) -> None:
         record_instances(session, row, pool.instances)
 
 
-def gone_at(provisioner: Provisioner, session: Session, row: Pool) -> datetime:
+def gone_at(provisioner: Provisioner, session: Session, row: Pool) -> datetime | None:
     """When a pool burst has just found gone stopped running: its instances' last end where
     the cloud still lists them (a scan or a pass that runs late would bill the minutes between
-    the cloud's end and burst's look), else now."""
+    the cloud's end and burst's look), else now; None when the cloud would not say now (a
+    throttled call): the caller asks again later rather than bill to its own look."""
     now = provisioner.clock.now()
     try:
         instances: tuple[CloudInstance, ...] | None = provisioner.call(
             row.target, "ended_instances", row.name
         )
     except ProviderError:
-        return now
+        return None
     record_instances(session, row, instances)
     ends = [i.ended for i in instances or ()]
     if not ends or None in ends:

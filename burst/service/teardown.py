@@ -105,10 +105,14 @@ class Teardown:
         return done
 
     def _lost_pool(self, s: Session, row: Pool) -> None:
+        """A pool gone from its cloud behind burst's back: closed and billed to its instances'
+        ends, its work requeued. Where the cloud will not give those ends now, it is closed as a
+        deletion under way, which each pass asks again."""
         row.deleted_at = gone_at(self.provisioner, s, row)
         row.state_reason = "gone from the cloud"
-        self.meter_pool(s, row)
-        self.provisioner.mark_deleted(s, row)
+        if row.deleted_at is not None:
+            self.meter_pool(s, row)
+            self.provisioner.mark_deleted(s, row)
         for d in s.scalars(
             select(DispatchRow).where(DispatchRow.pool_id == row.id, DispatchRow.state.in_(ACTIVE))
         ).all():
@@ -121,6 +125,8 @@ class Teardown:
             d.state, w.state, w.state_reason = "cancelled", "requeued", f"pool {row.name} was lost"
             d.updated_at = row.deleted_at or self.clock.now()  # it used the pool until then
         s.commit()
+        if row.deleted_at is None:
+            self.delete_pool(s, row.name, "gone from the cloud")
 
     # -- teardown and metering --
 

@@ -230,6 +230,57 @@ def test_a_pool_that_failed_in_a_pass_that_died_is_metered_by_the_next(world: Wo
     assert world.matches_the_bill("died", ON_DEMAND), world.charged("died")
 
 
+def test_a_gone_pool_is_billed_to_the_end_the_cloud_gives_even_when_it_first_will_not_say(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found gone ten minutes after the cloud ended it, by a pass whose ask for its ended
+    instances was throttled (run 13: billed to when burst looked, 12 s past the cloud's end):
+    it stays being deleted until the cloud answers, and is billed to the end the cloud gives."""
+    world.create("quiet", ON_DEMAND, 1)
+    world.passes(10)
+
+    def throttled(name: str) -> None:
+        raise Throttled("429 Too Many Requests", retry_after=1)
+
+    with monkeypatch.context() as m:
+        m.setattr(world.sim, "get_pool", throttled)
+        delete(world, "quiet")
+    world.clock.advance(timedelta(minutes=10))
+    with monkeypatch.context() as m:
+        m.setattr(world.sim, "ended_instances", throttled)
+        delete(world, "quiet")
+    world.clock.advance(timedelta(minutes=1))
+    delete(world, "quiet")
+    assert world.matches_the_bill("quiet", ON_DEMAND), (
+        world.charged("quiet"),
+        world.billed("quiet", ON_DEMAND),
+    )
+
+
+def test_a_pool_gone_behind_bursts_back_whose_ends_the_cloud_will_not_give_yet_is_billed_later(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan finds the pool gone 25 minutes after its deletion, and the cloud throttles the
+    ask for its instances' ends: it is closed as a deletion under way, and the next pass bills
+    it to the ends the cloud then gives."""
+    world.create("vanished", ON_DEMAND, 2)
+    world.passes(10)
+    world.sim.delete_pool("vanished", by="operator")
+    world.clock.advance(timedelta(minutes=25))
+
+    def throttled(name: str) -> None:
+        raise Throttled("429 Too Many Requests", retry_after=1)
+
+    with monkeypatch.context() as m:
+        m.setattr(world.sim, "ended_instances", throttled)
+        world.teardown.collect_orphans()
+    world.passes(1)
+    assert world.matches_the_bill("vanished", ON_DEMAND), (
+        world.charged("vanished"),
+        world.billed("vanished", ON_DEMAND),
+    )
+
+
 def test_the_plans_view_shows_pools_being_drained_or_deleted(tmp_path: Path) -> None:
     """The plan counts a pool against maxPools until the cloud has deleted it, but the service
     showed it only requested, creating, ready or resizing pools: the soak on that count's fix
