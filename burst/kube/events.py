@@ -61,7 +61,15 @@ class EventRecorder:
         }
         # Sent as it is and the answer left unread: the client's models cost more CPU than the
         # call itself, and a thousand dispatches record a thousand Events.
-        client.CoreV1Api(self._api).create_namespaced_event(
-            meta.get("namespace", "default"), body, _preload_content=False
-        )
+        try:
+            client.CoreV1Api(self._api).create_namespaced_event(
+                meta.get("namespace", "default"), body, _preload_content=False
+            )
+        except Exception:
+            # Not taken (or not known to be): forgotten, so that the next look sends it. One the
+            # server took before its answer was lost is sent twice, which says it once too often
+            # rather than never.
+            with self._lock:
+                self._seen.pop(key, None)
+            raise
         return True

@@ -409,3 +409,26 @@ def test_a_copy_runs_on_an_aks_spot_node_which_aks_taints_itself(
     assert any(
         c["type"] == "Complete" and c["status"] == "True" for c in final["status"]["conditions"]
     )
+
+
+def test_an_event_the_api_server_did_not_take_is_sent_on_the_next_look() -> None:
+    """The recorder remembered an Event as sent before sending it: one the API server did not
+    take (paused, run 13: four malformed jobs never told of their bad deadline) was never sent
+    again. Now it is forgotten when not taken, and the next look sends it."""
+    with Sandbox(controllers=False) as cluster:
+        api = TimedApiClient(client.Configuration(host=cluster.url), timeout=(1.0, 1.0))
+        core = client.CoreV1Api(api)
+        job = {"kind": "Job", "apiVersion": "batch/v1"}
+        job["metadata"] = {"namespace": "default", "name": "bad-deadline", "uid": "u-1"}
+        events = EventRecorder(api, SystemClock())
+        cluster.freeze()
+        with pytest.raises(urllib3.exceptions.ReadTimeoutError):  # a POST is not retried
+            events.record(job, "Warning", "InvalidBurstAnnotation", "bad deadline")
+        cluster.thaw()
+        assert events.record(job, "Warning", "InvalidBurstAnnotation", "bad deadline")
+        assert not events.record(job, "Warning", "InvalidBurstAnnotation", "bad deadline")
+        # The paused server took the first once it resumed: said twice, where it was never said.
+        wait_for(lambda: len(core.list_namespaced_event("default").items) == 2, timeout=30)
+        told = core.list_namespaced_event("default").items
+        assert {e.reason for e in told} == {"InvalidBurstAnnotation"}
+        api.close()
