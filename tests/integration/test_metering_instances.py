@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -62,10 +63,11 @@ class World:
                 for pool in self.provisioner.deleting(s):  # as the service's pass does
                     self.teardown.delete_pool(s, pool.name, pool.state_reason or "deleting")
 
-    def matches_the_bill(self, name: str, offer: OfferKey) -> bool:
+    def assert_billed(self, name: str, offer: OfferKey) -> None:
         """The ledger is the bill to the micro-unit each of its series (usage, idle, overhead)
         is rounded down by."""
-        return abs(self.charged(name) - self.billed(name, offer)) <= 3
+        charged, billed = self.charged(name), self.billed(name, offer)
+        assert abs(charged - billed) <= 3, (charged, billed)
 
     def charged(self, name: str) -> int:
         with self.sessions() as s:
@@ -110,6 +112,11 @@ def world(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[World]:
     engine.dispose()
 
 
+def throttled(*args: Any, **kwargs: Any) -> None:
+    """A cloud call refused for its rate (a 429 with Retry-After)."""
+    raise Throttled("429 Too Many Requests", retry_after=1)
+
+
 def delete(world: World, name: str) -> None:
     with world.sessions() as s:
         world.teardown.delete_pool(s, name, "idle")
@@ -124,7 +131,7 @@ def test_a_reclaimed_spot_node_and_its_replacement_are_billed_as_two(world: Worl
     world.clock.advance(timedelta(seconds=10))
     delete(world, "reclaimed")
     # Two instances of under a minute: two minimums, where one was charged before.
-    assert world.matches_the_bill("reclaimed", SPOT), world.charged("reclaimed")
+    world.assert_billed("reclaimed", SPOT)
     assert world.billed("reclaimed", SPOT) == SHIPPED.get(SPOT).hourly.micros * 120 // 3600  # type: ignore[union-attr]
 
 
@@ -135,7 +142,7 @@ def test_a_grown_pools_new_nodes_are_billed_from_their_launch(world: World) -> N
         world.provisioner.resize(s, "grown", 3)
     world.passes(40)
     delete(world, "grown")
-    assert world.matches_the_bill("grown", ON_DEMAND), world.charged("grown")
+    world.assert_billed("grown", ON_DEMAND)
 
 
 def test_a_failed_launch_whose_deletion_was_refused_counts_as_up_and_is_billed_until_it_went(
@@ -143,9 +150,6 @@ def test_a_failed_launch_whose_deletion_was_refused_counts_as_up_and_is_billed_u
 ) -> None:
     world.cloud.settings.failure_rate = 1.0
     world.create("failed", ON_DEMAND, 2)
-
-    def throttled(name: str, by: str = "burst") -> None:
-        raise Throttled("429 Too Many Requests", retry_after=1)
 
     with monkeypatch.context() as m:
         m.setattr(world.sim, "delete_pool", throttled)
@@ -155,7 +159,7 @@ def test_a_failed_launch_whose_deletion_was_refused_counts_as_up_and_is_billed_u
             assert [(v.name, v.state) for v in pool_views(s, {}, {})] == [("failed", "deleting")]
     world.passes(1)  # the deletion asked again, and taken, an hour later: billed until then
     assert world.cloud._pools[("sim-aws", "failed")].deleted
-    assert world.matches_the_bill("failed", ON_DEMAND), world.charged("failed")
+    world.assert_billed("failed", ON_DEMAND)
 
 
 @pytest.mark.parametrize("world", [120], indirect=True)
@@ -172,7 +176,7 @@ def test_a_pool_deleted_out_of_band_is_billed_for_the_instances_listed_before(
     world.teardown.collect_orphans()  # lists it, with both instances
     world.sim.delete_pool("gone", by="operator")
     world.teardown.collect_orphans()  # finds it gone: closed and metered
-    assert world.matches_the_bill("gone", SPOT), world.charged("gone")
+    world.assert_billed("gone", SPOT)
 
 
 def test_a_pool_deleted_out_of_band_is_billed_to_its_instances_end_not_to_when_burst_saw_it(
@@ -185,32 +189,31 @@ def test_a_pool_deleted_out_of_band_is_billed_to_its_instances_end_not_to_when_b
     world.sim.delete_pool("late", by="operator")
     world.clock.advance(timedelta(minutes=25))
     world.teardown.collect_orphans()
-    assert world.matches_the_bill("late", ON_DEMAND), (
-        world.charged("late"),
-        world.billed("late", ON_DEMAND),
-    )
+    world.assert_billed("late", ON_DEMAND)
 
 
+@pytest.mark.parametrize("ends_refused", [False, True])
 def test_a_deletion_seen_done_a_pass_late_is_billed_to_the_clouds_end(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: World, monkeypatch: pytest.MonkeyPatch, ends_refused: bool
 ) -> None:
     """The cloud took the delete and ended the nodes; the look that would see it gone was
-    throttled, and the next pass came ten minutes later."""
+    throttled, and the next pass came ten minutes later. `ends_refused`: that pass's ask for
+    the ended instances was throttled too (run 13: billed to when burst looked, 12 s past the
+    cloud's end); the pool stays being deleted until the cloud answers, and is billed to the
+    end it gives."""
     world.create("slow", ON_DEMAND, 1)
     world.passes(10)
     with monkeypatch.context() as m:
-
-        def throttled(name: str) -> None:
-            raise Throttled("429 Too Many Requests", retry_after=1)
-
         m.setattr(world.sim, "get_pool", throttled)
         delete(world, "slow")
     world.clock.advance(timedelta(minutes=10))
+    if ends_refused:
+        with monkeypatch.context() as m:
+            m.setattr(world.sim, "ended_instances", throttled)
+            delete(world, "slow")
+        world.clock.advance(timedelta(minutes=1))
     delete(world, "slow")
-    assert world.matches_the_bill("slow", ON_DEMAND), (
-        world.charged("slow"),
-        world.billed("slow", ON_DEMAND),
-    )
+    world.assert_billed("slow", ON_DEMAND)
 
 
 def test_a_pool_that_failed_in_a_pass_that_died_is_metered_by_the_next(world: World) -> None:
@@ -227,34 +230,7 @@ def test_a_pool_that_failed_in_a_pass_that_died_is_metered_by_the_next(world: Wo
         s.rollback()
     world.passes(1)  # meters it
     world.teardown.collect_orphans(grace=timedelta(0))
-    assert world.matches_the_bill("died", ON_DEMAND), world.charged("died")
-
-
-def test_a_gone_pool_is_billed_to_the_end_the_cloud_gives_even_when_it_first_will_not_say(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Found gone ten minutes after the cloud ended it, by a pass whose ask for its ended
-    instances was throttled (run 13: billed to when burst looked, 12 s past the cloud's end):
-    it stays being deleted until the cloud answers, and is billed to the end the cloud gives."""
-    world.create("quiet", ON_DEMAND, 1)
-    world.passes(10)
-
-    def throttled(name: str) -> None:
-        raise Throttled("429 Too Many Requests", retry_after=1)
-
-    with monkeypatch.context() as m:
-        m.setattr(world.sim, "get_pool", throttled)
-        delete(world, "quiet")
-    world.clock.advance(timedelta(minutes=10))
-    with monkeypatch.context() as m:
-        m.setattr(world.sim, "ended_instances", throttled)
-        delete(world, "quiet")
-    world.clock.advance(timedelta(minutes=1))
-    delete(world, "quiet")
-    assert world.matches_the_bill("quiet", ON_DEMAND), (
-        world.charged("quiet"),
-        world.billed("quiet", ON_DEMAND),
-    )
+    world.assert_billed("died", ON_DEMAND)
 
 
 def test_a_pool_gone_behind_bursts_back_whose_ends_the_cloud_will_not_give_yet_is_billed_later(
@@ -268,17 +244,11 @@ def test_a_pool_gone_behind_bursts_back_whose_ends_the_cloud_will_not_give_yet_i
     world.sim.delete_pool("vanished", by="operator")
     world.clock.advance(timedelta(minutes=25))
 
-    def throttled(name: str) -> None:
-        raise Throttled("429 Too Many Requests", retry_after=1)
-
     with monkeypatch.context() as m:
         m.setattr(world.sim, "ended_instances", throttled)
         world.teardown.collect_orphans()
     world.passes(1)
-    assert world.matches_the_bill("vanished", ON_DEMAND), (
-        world.charged("vanished"),
-        world.billed("vanished", ON_DEMAND),
-    )
+    world.assert_billed("vanished", ON_DEMAND)
 
 
 def test_the_plans_view_shows_pools_being_drained_or_deleted(tmp_path: Path) -> None:
