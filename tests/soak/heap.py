@@ -21,22 +21,10 @@ EVERY_S = 60.0
 WARM_S = 300.0
 WINDOW_S = 1200.0  # the recent window's length
 TOP = 25
-FRAMES = 8  # kept per allocation: enough to reach burst's code from a library's line
-CALLERS = 8
 
 
 def _growth(title: str, now: tracemalloc.Snapshot, then: tracemalloc.Snapshot) -> list[str]:
     return [title, *(str(stat) for stat in now.compare_to(then, "lineno")[:TOP])]
-
-
-def _callers(title: str, now: tracemalloc.Snapshot, then: tracemalloc.Snapshot) -> list[str]:
-    """The growing sites with the frames that called them: a parser's or a library's line says
-    little until one knows whose objects it made."""
-    lines = [title]
-    for stat in now.compare_to(then, "traceback")[:CALLERS]:
-        lines.append(f"{stat.size_diff / 1024:+.0f} KiB, {stat.count_diff:+d} blocks:")
-        lines += [f"    {frame}" for frame in stat.traceback.format()]
-    return lines
 
 
 def _watch(out: Path, series: Path) -> None:
@@ -69,7 +57,6 @@ def _watch(out: Path, series: Path) -> None:
         lines = [f"# {elapsed:.0f} s, traced {traced / 2**20:.1f} MiB, peak {peak / 2**20:.1f} MiB"]
         lines += _growth("# growth since the fifth minute by site:", snapshot, first)
         lines += _growth(f"# growth since {older[0]:.0f} s by site:", snapshot, older[1])
-        lines += _callers("# growth since the fifth minute with its callers:", snapshot, first)
         out.write_text("\n".join(lines) + "\n")
         if elapsed - newer[0] >= WINDOW_S:
             older, newer = newer, (elapsed, snapshot)
@@ -79,7 +66,7 @@ def main() -> None:
     out = Path(sys.argv[1]) / f"heap-{os.getpid()}.txt"
     series = out.with_suffix(".csv")
     sys.argv = ["burst", *sys.argv[2:]]
-    tracemalloc.start(FRAMES)
+    tracemalloc.start(1)
     threading.Thread(target=_watch, args=(out, series), daemon=True).start()
     from burst.cli.main import main as burst
 
