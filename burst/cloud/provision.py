@@ -268,20 +268,7 @@ class Provisioner:
                 reason = f"not ready after {int(waited.total_seconds())} s (launch timeout)"
             else:
                 return
-            # Give up on it, back the offer off, and let the pool go: a failed node group or a
-            # pool running with errors may still hold billed nodes. Orphan collection retries.
-            self.backoffs.mark(session, self.spec(row).offer)
-            _event(session, row, "failed", pool.nodes, now, reason, self.epoch)
-            self.failed.append(row.name)
-            try:
-                self.call(row.target, "delete_pool", row.name)
-            except ProviderError as exc:
-                # Its nodes may run on: it is a pool being deleted (counted against maxPools,
-                # billed until the cloud ends it, its deletion asked again each pass).
-                log.warning("pool %s: %s", row.name, exc.message)
-                row.deleted_at = None
-                refused = f"{reason}; its deletion was refused: {exc.message}"
-                _event(session, row, "deleting", pool.nodes, now, refused, self.epoch)
+            _give_up(self, session, row, pool.nodes, reason)
 
     def _follow_resize(self, session: Session, row: Pool, pool: CloudPool) -> None:
         """A resize has a clock of its own, from when it was asked (the row's last change). Its
@@ -359,6 +346,24 @@ class Provisioner:
 
     def deleting(self, session: Session) -> list[Pool]:
         return list(session.scalars(select(Pool).where(Pool.state == "deleting")))
+
+
+def _give_up(p: Provisioner, session: Session, row: Pool, nodes: int, reason: str) -> None:
+    """A launch that failed or timed out: the offer backed off and the pool let go (a failed
+    node group or a pool running with errors may still hold billed nodes). One whose deletion
+    the cloud refuses may run on: it is a pool being deleted (counted against maxPools, billed
+    until the cloud ends it, its deletion asked again each pass)."""
+    now = p.clock.now()
+    p.backoffs.mark(session, p.spec(row).offer)
+    _event(session, row, "failed", nodes, now, reason, p.epoch)
+    p.failed.append(row.name)
+    try:
+        p.call(row.target, "delete_pool", row.name)
+    except ProviderError as exc:
+        log.warning("pool %s: %s", row.name, exc.message)
+        row.deleted_at = None
+        refused = f"{reason}; its deletion was refused: {exc.message}"
+        _event(session, row, "deleting", nodes, now, refused, p.epoch)
 
 
 def take_failed(provisioner: Provisioner, session: Session) -> list[Pool]:

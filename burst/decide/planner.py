@@ -214,20 +214,6 @@ class _Planner:
             if w.uid in self.policy_of and w.uid not in settled
         }
 
-    def _walk(self, pending: list[Workload], fulls: dict[str, str | None]) -> int:
-        """How much of the queue a round walks: under strict FIFO, up to the last workload that
-        may leave (those behind change no estimate ahead of them); under best-effort FIFO, all of
-        it (one behind may take the GPUs one ahead waits for), unless none may leave. A replay's
-        queue under spent budgets or full caps holds thousands that none may: it walks none."""
-        may = [
-            i
-            for i, w in enumerate(pending)
-            if w.uid in fulls and (self.explain or fulls[w.uid] is None)
-        ]
-        if not may:
-            return 0
-        return len(pending) if self.queueing == "BestEffortFIFO" else may[-1] + 1
-
     # -- the whole plan --
 
     def run(self) -> Plan:
@@ -265,7 +251,7 @@ class _Planner:
                 self.placement = self._placement()
                 placed.clear()
             fulls = self._fulls(pending, placed | stays)
-            walk = self._walk(pending, fulls)
+            walk = walk_length(pending, fulls, self.explain, self.queueing)
             if not walk:
                 break
             queue = [w for w in pending if w.uid not in placed]
@@ -330,6 +316,20 @@ class _Planner:
             if self.explain
             else (),
         )
+
+
+def walk_length(
+    pending: list[Workload], fulls: dict[str, str | None], explain: bool, queueing: str
+) -> int:
+    """How much of the queue a round walks: under strict FIFO, up to the last workload that may
+    leave (those behind change no estimate ahead of them); under best-effort FIFO, all of it (one
+    behind may take the GPUs one ahead waits for), unless none may leave. `fulls`: why each that
+    may leave would be refused whatever sends it (None: it may be placed). A replay's queue under
+    spent budgets or full caps holds thousands that none may: it walks none."""
+    may = [i for i, w in enumerate(pending) if w.uid in fulls and (explain or fulls[w.uid] is None)]
+    if not may:
+        return 0
+    return len(pending) if queueing == "BestEffortFIFO" else may[-1] + 1
 
 
 def plan(
