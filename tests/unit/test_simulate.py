@@ -369,3 +369,13 @@ def test_the_margin_is_chosen_against_how_much_longer_jobs_ran_than_told() -> No
     assert variants.measured(outcomes["learned"], "measured-share") == (timedelta(0), 9.0)
     assert variants.measured_margin(outcomes["exact"]) == timedelta(0)
     assert variants.measured_margin(outcomes["none"]) is None
+
+
+def test_a_margin_is_a_duration_or_a_share_of_each_runtime() -> None:
+    assert variants.parse_margin("30m") == (timedelta(minutes=30), 0.0)
+    assert variants.parse_margin("25%") == (timedelta(0), 0.25)
+    for bad in ("1001%", "-5%", "nan%", "soon"):
+        with pytest.raises(ValueError, match="--margin: "):
+            variants.parse_margin(bad)
+    assert variants.worded(timedelta(minutes=30), 0.0) == "30m"
+    assert variants.worded(timedelta(0), 0.88) == "88 % of each runtime"
