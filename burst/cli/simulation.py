@@ -202,6 +202,7 @@ def simulate_cmd(
             errors.print(
                 f"margin: {words}, measured on a replay of burst with --runtimes {runtimes}",
                 highlight=False,
+                soft_wrap=True,  # one line in a log, however narrow
             )
         runner = stack.enter_context(_executor(workers, dask))
         result = compare.compare(
