@@ -130,7 +130,9 @@ def test_the_optimum_is_never_below_the_fluid_bound(
     assert optimum(jobs, capacity, step=1).cost >= fluid.cost - 1e-6
 
 
-@settings(max_examples=60, deadline=None)
+# The same examples every run: drawn afresh, a few instances solve slowly and the test took
+# 10 s alone and 131 s in one suite run; the suite's time should not be a draw.
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(
     st.lists(
         st.tuples(
