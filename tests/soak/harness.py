@@ -147,6 +147,16 @@ class Report:
     seconds: float = 0.0
 
 
+def api_get(port: int, path: str, token: str, timeout: float) -> urllib3.BaseHTTPResponse:
+    """GET a replica's API or metrics, with the token the replicas are given."""
+    return urllib3.request(
+        "GET",
+        f"http://127.0.0.1:{port}/{path}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=timeout,
+    )
+
+
 class PassTimes:
     """How long the replicas' passes took lately, from their metrics (`burst_pass_seconds`):
     what the checker allows for a pass that must come is a few of those, not of the interval."""
@@ -160,12 +170,7 @@ class PassTimes:
         """The longest mean pass of any replica over the window (0 before any)."""
         now = time.monotonic()
         for port in self.ports.values():
-            answer = urllib3.request(
-                "GET",
-                f"http://127.0.0.1:{port}/metrics",
-                headers={"Authorization": f"Bearer {self.token}"},
-                timeout=5,
-            )
+            answer = api_get(port, "metrics", self.token, timeout=5)
             samples = {
                 sample.name: sample.value
                 for family in text_string_to_metric_families(answer.data.decode())
@@ -451,12 +456,7 @@ class Soak:
                 "metrics",
             ):
                 with contextlib.suppress(Exception):
-                    answer = urllib3.request(
-                        "GET",
-                        f"http://127.0.0.1:{port}/{path}",
-                        headers={"Authorization": f"Bearer {self.token}"},
-                        timeout=10,
-                    )
+                    answer = api_get(port, path, self.token, timeout=10)
                     texts.append(answer.data.decode(errors="replace"))
                     if path == "api/v1/plan":
                         skips = answer.json().get("skips") or []
