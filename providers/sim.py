@@ -5,7 +5,7 @@ capacity, and lose spot nodes, all on a Clock and reproducible from a seed.
 state file, the world lives in that file rather than in the process, as a real cloud outlives the
 service that calls it: `burst serve` replicas that are killed and restarted find their pools
 again, and the soak harness (tests/soak) reads the pools, their nodes' lifetimes and what was
-deleted, and sets the faults the cloud shows (failed launches, capacity refusals, throttling,
+deleted (for an hour after it ended, as a cloud lists it), and sets the faults the cloud shows (failed launches, capacity refusals, throttling,
 slow launches, spot interruptions) in the same file. Given a
 Kubernetes API client for a (sandbox) cluster, it registers each pool's nodes there when they
 become ready, with the labels, taints and GPU capacity a real node would have, and removes them
@@ -110,6 +110,14 @@ class _Pool:
     serial: int = 0
     gone: list[_Node] = field(default_factory=list)  # nodes removed, kept for their bills
     deleted_by: str = ""  # "burst", or who else deleted it
+    deleted_at: datetime | None = None
+
+
+# How long the cloud still answers for what has ended: EC2 lists a terminated instance "for
+# approximately one hour" (TerminateInstances API reference), and a deleted node group is not
+# found at all (EKS DescribeNodegroup: ResourceNotFoundException). After that the world forgets
+# it, so that a long run's state stays the size of what is live.
+REMEMBERED = timedelta(hours=1)
 
 
 class SimCloud:
@@ -129,6 +137,7 @@ class SimCloud:
         self._pools: dict[tuple[str, str], _Pool] = {}
         self._lock = threading.RLock()
         self.interruptions = 0
+        self.created = 0  # pools ever created, those forgotten included
         self.state = state
         self._inside = False  # within shared(): the file is locked and loaded already
         self.stale_nodes: list[str] = []  # Nodes of gone instances the cluster still lists
@@ -138,7 +147,11 @@ class SimCloud:
         """The world, read from its state file (if any) and written back, under a file lock
         that other processes on the same file take too."""
         with self._lock:
-            if self.state is None or self._inside:
+            if self._inside:
+                yield
+                return
+            if self.state is None:
+                self._forget_past()
                 yield
                 return
             self._inside = True
@@ -148,6 +161,7 @@ class SimCloud:
 
                 if self.state.exists():
                     sim_state.load(self, json.loads(self.state.read_text()))
+                self._forget_past()
                 try:
                     yield
                 finally:
@@ -155,6 +169,15 @@ class SimCloud:
                     tmp.write_text(json.dumps(sim_state.dump(self)))
                     os.replace(tmp, self.state)  # readers see the old state or the new one
                     self._inside = False
+
+    def _forget_past(self) -> None:
+        """Drop pools deleted, and nodes ended, longer than REMEMBERED ago."""
+        since = self.clock.now() - REMEMBERED
+        for key, pool in list(self._pools.items()):
+            if pool.deleted_at is not None and pool.deleted_at < since:
+                del self._pools[key]
+            else:
+                pool.gone = [n for n in pool.gone if n.ended is None or n.ended >= since]
 
     def set_faults(self, **faults: Any) -> None:
         """Change what the cloud does wrong (Faults' fields, SimSettings' numbers), from now."""
@@ -201,7 +224,7 @@ class SimCloud:
     def pools_created(self) -> int:
         """Pools ever created (a repeated create with the same token is the same pool)."""
         with self.shared():
-            return len(self._pools)
+            return self.created
 
     def nodes_in_use(self, offer: OfferKey) -> int:
         return sum(
@@ -311,6 +334,7 @@ class SimProvider:
             )
             pool.nodes = [self.world._new_node(pool, now + delay) for _ in range(spec.nodes)]
             self.world._pools[(self.target, spec.name)] = pool
+            self.world.created += 1
             return self._to_pool(pool)
 
     def get_pool(self, name: str) -> Pool:
@@ -353,6 +377,7 @@ class SimProvider:
                 self.world._end(pool, node, by)
             pool.nodes = []
             pool.deleted, pool.deleted_by = True, by
+            pool.deleted_at = self.world.clock.now()
 
     def interrupt(self, name: str) -> bool:
         """Reclaim one of a spot pool's ready nodes now (a replacement boots); False if none."""

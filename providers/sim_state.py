@@ -47,6 +47,7 @@ def dump(world: SimCloud) -> dict[str, Any]:
                 "fails_at": p.fails_at.isoformat() if p.fails_at else None,
                 "deleted": p.deleted,
                 "deleted_by": p.deleted_by,
+                "deleted_at": p.deleted_at.isoformat() if p.deleted_at else None,
                 "serial": p.serial,
             }
         )
@@ -58,6 +59,7 @@ def dump(world: SimCloud) -> dict[str, Any]:
     return {
         "rng": _rng_state(world._rng),
         "interruptions": world.interruptions,
+        "created": world.created,
         "stale_nodes": world.stale_nodes,
         "settings": {
             "speed": settings.speed,
@@ -79,6 +81,7 @@ def load(world: SimCloud, state: dict[str, Any]) -> None:
         version, internal, gauss = state["rng"]
         world._rng.setstate((version, tuple(internal), gauss))
     world.interruptions = state.get("interruptions", 0)
+    world.created = state.get("created", len(state.get("pools") or []))
     world.stale_nodes = list(state.get("stale_nodes") or [])
     for key, value in (state.get("settings") or {}).items():
         setattr(world.settings, key, value)
@@ -105,4 +108,5 @@ def load(world: SimCloud, state: dict[str, Any]) -> None:
             p["serial"],
             [_load_node(n) for n in p["gone"]],
             p["deleted_by"],
+            _time(p.get("deleted_at")),
         )

@@ -86,6 +86,7 @@ class Checker:
     _lost: set[str] = field(default_factory=set)
     _unbacked: dict[str, datetime] = field(default_factory=dict)
     _ledger: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    _seen: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
 
     def _broken(self, kind: str, example: str) -> None:
         self.violations[kind] += 1
@@ -93,7 +94,16 @@ class Checker:
             self.examples[kind].append(example)
 
     def cloud(self) -> dict[str, Any]:
-        return dict(json.loads(self.state.read_text())) if self.state.exists() else {}
+        """The clouds' state, with every pool and ended node seen before: the simulated clouds
+        forget them an hour after they end, as a real one does, and the bills need them all."""
+        now: dict[str, Any] = json.loads(self.state.read_text()) if self.state.exists() else {}
+        for p in now.get("pools", []):
+            key = (p["target"], p["spec"]["name"], p["created"])  # a name reused is a new pool
+            listed = {n["name"] for n in p["gone"]}
+            before = self._seen.get(key, {"gone": []})["gone"]
+            p["gone"] = [n for n in before if n["name"] not in listed] + p["gone"]
+            self._seen[key] = p
+        return {**now, "pools": list(self._seen.values())}
 
     # -- while it runs --
 

@@ -176,3 +176,43 @@ def test_the_pass_length_allowed_is_read_from_the_replicas_metrics() -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_the_bills_count_pools_the_clouds_have_forgotten(tmp_path: Path) -> None:
+    """The simulated clouds forget a pool an hour after its deletion; the checker keeps what it
+    saw, so a pool's bill is still checked at the end of a long run."""
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    state, clock = tmp_path / "clouds.json", FakeClock(datetime.now(UTC) - timedelta(hours=3))
+    aws = SimProvider(
+        SimCloud(clock, state=state),
+        target="sim-aws",
+        cloud="aws",
+        region="eu-central-1",
+        offers=lambda: [],
+    )
+    checker = Checker(
+        engine,
+        None,
+        None,
+        state,
+        "soak",
+        ("sim-aws", "theirs"),
+        *[timedelta(0)] * 2,
+        budgets={},
+        max_pools=2,
+        max_nodes=2,
+    )
+    aws.create_pool(
+        PoolSpec(name="gone", offer=OFFER, nodes=2, owner="soak", policy="p", epoch=1), "g"
+    )
+    clock.advance(timedelta(minutes=20))
+    aws.delete_pool("gone")
+    checker.cloud()  # seen deleted, with its two nodes ended
+    clock.advance(timedelta(hours=2))
+    aws.list_pools("soak")  # the clouds forget it
+    assert json.loads(state.read_text())["pools"] == []
+    checker._bills(checker.cloud())
+    assert checker.violations["ledger_mismatch"] == 1, checker.examples  # 40 node-minutes unbilled
+    assert "ledger 0 micro-USD" in checker.examples["ledger_mismatch"][0]
+    engine.dispose()

@@ -131,3 +131,26 @@ def test_nodes_that_cannot_reach_their_cluster_join_later_and_the_cloud_still_an
     assert cloud.get_pool("p").phase == "ready"  # the cloud's word, without the cluster
     assert not json.loads(state.read_text())["pools"][0]["nodes"][0]["registered"]
     closed.close()
+
+
+def test_what_ended_is_forgotten_an_hour_later_and_the_file_stays_the_size_of_what_lives(
+    tmp_path: Path,
+) -> None:
+    clock, state = FakeClock(), tmp_path / "cloud.json"
+    cloud = provider(clock, state, speed=60.0)
+    cloud.create_pool(spec("kept", nodes=3), "k")
+    for day in range(5):  # a pool a day, deleted; the kept pool shrinks by one each time
+        cloud.create_pool(spec(f"p{day}"), f"t{day}")
+        clock.advance(timedelta(minutes=30))
+        cloud.delete_pool(f"p{day}")
+        if day < 2:
+            cloud.resize_pool("kept", 2 - day)
+        assert cloud.ended_instances(f"p{day}")  # listed for a while, as EC2 lists them
+        clock.advance(timedelta(hours=23, minutes=30))
+    written = json.loads(state.read_text())
+    # Only the deletion of the last hour is remembered, and of the kept pool only its live node.
+    assert [p["spec"]["name"] for p in written["pools"]] == ["kept", "p4"]
+    kept = written["pools"][0]
+    assert (len(kept["nodes"]), kept["gone"]) == (1, [])
+    assert cloud.ended_instances("p3") is None
+    assert cloud.world.pools_created() == 6
