@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
@@ -56,6 +56,7 @@ class Placement:
         self.pools_of_policy: dict[str, int] = defaultdict(int)
         self.policy_pools: defaultdict[str, PolicyPools] = defaultdict(lambda: PolicyPools(now))
         self.dispatches: list[Dispatch] = []
+        self.refused_late = LateRefusals()
         self._spot_ok: dict[str, bool] = {}
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
 
@@ -68,6 +69,20 @@ class Placement:
             targets = [self.targets[t] for t in names if t in self.targets]
             found = self._spot_ok[want.w.uid] = spot_allowed(want, targets, self.now)
         return found
+
+    def _kind(self, want: Want) -> tuple[object, ...]:
+        """What LateRefusals tells workloads apart by: all that decides which open pools may
+        take one."""
+        w = want.w
+        return (
+            want.policy.metadata.name,
+            w.accelerator,
+            w.pods,
+            w.gpus_per_pod,
+            w.cpu_per_pod,
+            w.memory_gib_per_pod,
+            self.spot_ok(want),
+        )
 
     def max_cost_usd(self, want: Want) -> int | None:
         key = (want.policy.metadata.name, want.w.max_cost)
@@ -107,6 +122,8 @@ class Placement:
             or (onprem is not None and soonest >= onprem)
         ):
             return refusal
+        if self.refused_late.dominated(self._kind(want), want.runtime):
+            return refusal
         late = replace(
             want,
             finish_by=soonest,
@@ -115,7 +132,7 @@ class Placement:
                 f"{at(soonest, self.now)} beats on-prem"
             ),
         )
-        return refusal if self._place(late) is not None else None
+        return refusal if self._place(late, is_late=True) is not None else None
 
     def _soonest_cloud_finish(
         self, want: Want, capacities: tuple[CapacityType, ...] | None = None
@@ -128,9 +145,10 @@ class Placement:
             return None
         return self.now + min(t.provisioning for t in targets) + want.runtime
 
-    def _place(self, want: Want) -> str | None:
+    def _place(self, want: Want, is_late: bool = False) -> str | None:
         w, p = want.w, want.policy
         spec = p.spec
+        at_limit = self.pools_of_policy[p.metadata.name] >= spec.limits.max_pools
         deadline = want.finish_by
         spot_ok = self.spot_ok(want)
         max_cost_usd = self.max_cost_usd(want)
@@ -150,10 +168,12 @@ class Placement:
             refusals.append(why)
 
         # 2. New capacity: the cheapest total cost, growing a pool of that offer before opening one.
-        if self.pools_of_policy[p.metadata.name] >= spec.limits.max_pools:
+        if at_limit:
             why = self._grow_at_pool_limit(want, eligible, max_cost_usd)
             if why is None:
                 return None
+            if is_late and not refusals and why == _at_limit(p):  # taken by none, at any price
+                self.refused_late.add(self._kind(want), want.runtime)
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
         # Each target's list is sorted by price x nodes. Where a run lasts as long on every offer
@@ -232,7 +252,7 @@ class Placement:
             eligible, want.w, want.runtime, want.finish_by, tail, max_nodes, self.now
         )
         if best is None:
-            return f"policy {want.policy.metadata.name}: max {spec.limits.max_pools} pools reached"
+            return _at_limit(want.policy)
         why = self._refusal(want, best.cost, max_cost_usd, best.pool.offer, best.pool.hourly_micros)
         if why is not None:
             return why
@@ -270,6 +290,7 @@ class Placement:
         self, want: Want, pool: OpenPool, cost: int, finish: datetime, where: str
     ) -> None:
         w, p = want.w, want.policy
+        self.refused_late.clear()  # room was taken: those refused for room are asked again
         notes = self.caps.budgets.soft_overruns(w, p.metadata.name, cost)
         hold = self.caps.budgets.hold_usd(w, cost, pool.offer, pool.hourly_micros)
         self.caps.budgets.charge(w, p.metadata.name, cost, hold)
@@ -281,6 +302,34 @@ class Placement:
         self.dispatches.append(
             Dispatch(w.uid, pool.name, pool.target.name, reason, usd(cost), finish)
         )
+
+
+def _at_limit(policy: BurstPolicy) -> str:
+    return f"policy {policy.metadata.name}: max {policy.spec.limits.max_pools} pools reached"
+
+
+class LateRefusals:
+    """Late attempts refused at their policy's pool limit, no open pool taking them by the soonest
+    cloud finish, until the placement next takes room. A late attempt must finish by now + its
+    kind's fastest launch + its runtime, and a pool finishes it at the pool's start + the run: one
+    of the same kind (policy, GPU and pod shape, spot allowed or not) that runs no shorter is
+    refused too (best_reuse, best_growth). A Philly replay with config/ holds thousands past their
+    deadlines, each tried late on every plan. (Deadlines have no such order: wants are placed
+    least slack first, so each has more time than the one refused before it.)"""
+
+    def __init__(self) -> None:
+        self._shortest: dict[tuple[object, ...], timedelta] = {}
+
+    def dominated(self, kind: tuple[object, ...], runtime: timedelta) -> bool:
+        shortest = self._shortest.get(kind)
+        return shortest is not None and runtime >= shortest
+
+    def add(self, kind: tuple[object, ...], runtime: timedelta) -> None:
+        self._shortest[kind] = min(runtime, self._shortest.get(kind, runtime))
+
+    def clear(self) -> None:
+        if self._shortest:
+            self._shortest = {}
 
 
 def full(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
@@ -300,7 +349,7 @@ def full(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
             and not pool.unavailable
         ):
             return None
-    return f"policy {name}: max {limits.max_pools} pools reached"
+    return _at_limit(policy)
 
 
 def no_offer_reason(

@@ -207,12 +207,19 @@ class _Planner:
 
     def _fulls(self, pending: list[Workload], settled: set[str]) -> dict[str, str | None]:
         """Why the placement would refuse each workload that may leave, whatever sends it (None:
-        it may be placed). The placement does not change while a round walks the queue."""
-        return {
-            w.uid: placement_full(self.placement, w, self.policy_of[w.uid])
-            for w in pending
-            if w.uid in self.policy_of and w.uid not in settled
-        }
+        it may be placed). The placement does not change while a round walks the queue, and the
+        answer depends on the workload's policy and pod shape alone: asked once per shape."""
+        by_shape: dict[tuple[str, int, int], str | None] = {}
+        fulls: dict[str, str | None] = {}
+        for w in pending:
+            policy = self.policy_of.get(w.uid)
+            if policy is None or w.uid in settled:
+                continue
+            shape = (policy.metadata.name, w.gpus_per_pod, w.pods)
+            if shape not in by_shape:
+                by_shape[shape] = placement_full(self.placement, w, policy)
+            fulls[w.uid] = by_shape[shape]
+        return fulls
 
     # -- the whole plan --
 
