@@ -129,9 +129,12 @@ class CloudPools(OnPremQueue):
             if job.started is None:
                 job.started = self.now
             for k in spots:
-                pool.nodes[k].free -= job.spec.gpus_per_pod
-                pool.nodes[k].jobs.add(i)
-                pool.nodes[k].empty_since = None
+                node = pool.nodes[k]
+                node.free -= job.spec.gpus_per_pod
+                node.jobs.add(i)
+                if node.empty_since is not None:
+                    node.empty_s += self.now - node.empty_since
+                    node.empty_since = None
             self._hold(i, pool)
             self._at(self.now + job.spec.duration, "cloud-end", (i, job.restarts))
 
@@ -213,8 +216,12 @@ class CloudPools(OnPremQueue):
         overhead = min(cost, pool.hourly_micros * math.ceil(booting) // 3600)
         up_gpu_s = node.gpus * max(0.0, node.ended - node.ready_at)
         idle = pool.hourly_micros * max(0.0, up_gpu_s - node.used_gpu_s) / (3600 * node.gpus)
+        if node.empty_since is not None:
+            node.empty_s += max(0.0, node.ended - node.empty_since)
+        idle = min(cost - overhead, int(idle))
         self.cost += cost
         self.overhead += overhead
-        self.idle += min(cost - overhead, int(idle))
+        self.idle += idle
+        self.idle_empty += min(idle, pool.hourly_micros * int(node.empty_s) // 3600)
         cloud = pool.offer.cloud
         self.by_provider[cloud] = self.by_provider.get(cloud, 0) + cost

@@ -262,6 +262,7 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
             "mean_queue_s": round(o.mean_queue_s, 1),
             "p90_queue_s": round(o.p90_queue_s, 1),
             "idle_share": _share(o.idle_usd_micros, o.cost_usd_micros),
+            "idle_empty_share": _share(o.idle_empty_usd_micros, o.cost_usd_micros),
             "overhead_share": _share(o.overhead_usd_micros, o.cost_usd_micros),
             "onprem_utilisation": round(o.onprem_utilisation, 4),
             "spend_by_provider": {k: float(_money(v, rate)) for k, v in o.by_provider.items()},

@@ -170,6 +170,7 @@ class World(Views):
             cost_usd_micros=self.cost,
             overhead_usd_micros=self.overhead,
             idle_usd_micros=self.idle,
+            idle_empty_usd_micros=self.idle_empty,
             by_provider=dict(sorted(self.by_provider.items())),
             pools_created=self.pools_created,
             deadlines_met=met / len(self.jobs),

@@ -86,6 +86,7 @@ class Node:
     ended: float | None = None
     used_gpu_s: float = 0.0
     empty_since: float | None = None  # up and running nothing since then
+    empty_s: float = 0.0  # up and running nothing, before empty_since
     jobs: set[int] = field(default_factory=set)
 
 
@@ -119,6 +120,9 @@ class Outcome:
     cost_usd_micros: int
     overhead_usd_micros: int
     idle_usd_micros: int
+    # Of the idle, what whole nodes running nothing cost (booted for work not started yet, left
+    # for a pool's TTL or the autoscaler); the rest is GPUs free beside work on a node.
+    idle_empty_usd_micros: int
     by_provider: dict[str, int]
     pools_created: int
     deadlines_met: float
@@ -268,7 +272,7 @@ class WorldState:
         self.budget_held: dict[int, int] = {}  # USD micros reserved per job in a cloud
         self._held: dict[str, int] = {}  # and per budget
         # the bill and the counts
-        self.cost = self.overhead = self.idle = 0
+        self.cost = self.overhead = self.idle = self.idle_empty = 0
         self.job_usage: dict[str, int] = {}  # USD micros per job id that ran in a cloud
         self.by_provider: dict[str, int] = {}
         self.pools_created = self.refusals = self.failures = self.interruptions = 0

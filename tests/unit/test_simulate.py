@@ -133,6 +133,8 @@ def test_no_wait_bursts_at_the_next_tick_and_the_node_goes_when_empty() -> None:
     assert out.overhead_usd_micros == hourly * 300 // 3600
     gpus = cheapest.gpus
     assert out.idle_usd_micros == int(hourly * (gpus * 650 - 4 * 50) / (3600 * gpus))
+    # Of that, the node ran nothing from 380 to 980; the rest is its GPUs b left free.
+    assert out.idle_empty_usd_micros == hourly * 600 // 3600
     b = world.jobs[1]
     assert (b.started, b.finished, b.ran_in_cloud) == (330, 380, True)
     assert out.burst_jobs == 1 and out.deadlines_met == 1.0

@@ -20,7 +20,7 @@ def job(i: int, submit: int, duration: int, gpus: int, deadline: int) -> SimJob:
 
 def outcome(cost: int, per_job: dict[str, int]) -> Outcome:
     return Outcome(
-        "p", 4, cost, 0, 0, {}, 0, 1.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, job_usd_micros=per_job
+        "p", 4, cost, 0, 0, 0, {}, 0, 1.0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, job_usd_micros=per_job
     )
 
 
