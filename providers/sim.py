@@ -5,8 +5,8 @@ capacity, and lose spot nodes, all on a Clock and reproducible from a seed.
 state file, the world lives in that file rather than in the process, as a real cloud outlives the
 service that calls it: `burst serve` replicas that are killed and restarted find their pools
 again, and the soak harness (tests/soak) reads the pools, their nodes' lifetimes and what was
-deleted (for an hour after it ended, as a cloud lists it), and sets the faults the cloud shows (failed launches, capacity refusals, throttling,
-slow launches, spot interruptions) in the same file. Given a
+deleted (for an hour after it ended), and sets the faults the cloud shows (failed launches,
+capacity refusals, throttling, slow launches, spot interruptions) in the same file. Given a
 Kubernetes API client for a (sandbox) cluster, it registers each pool's nodes there when they
 become ready, with the labels, taints and GPU capacity a real node would have, and removes them
 when the pool shrinks, is deleted, or a spot node is interrupted. It talks to that cluster only
@@ -113,10 +113,10 @@ class _Pool:
     deleted_at: datetime | None = None
 
 
-# How long the cloud still answers for what has ended: EC2 lists a terminated instance "for
-# approximately one hour" (TerminateInstances API reference), and a deleted node group is not
-# found at all (EKS DescribeNodegroup: ResourceNotFoundException). After that the world forgets
-# it, so that a long run's state stays the size of what is live.
+# How long the cloud answers for what ended: EC2 lists a terminated instance "for approximately
+# one hour" (TerminateInstances API reference); a deleted node group is not found at all (EKS
+# DescribeNodegroup: ResourceNotFoundException). Then it is forgotten: a long run's state stays
+# the size of what lives.
 REMEMBERED = timedelta(hours=1)
 
 
@@ -147,11 +147,9 @@ class SimCloud:
         """The world, read from its state file (if any) and written back, under a file lock
         that other processes on the same file take too."""
         with self._lock:
-            if self._inside:
-                yield
-                return
-            if self.state is None:
-                self._forget_past()
+            if self._inside or self.state is None:
+                if not self._inside:
+                    self._forget_past()
                 yield
                 return
             self._inside = True
@@ -170,8 +168,7 @@ class SimCloud:
                     os.replace(tmp, self.state)  # readers see the old state or the new one
                     self._inside = False
 
-    def _forget_past(self) -> None:
-        """Drop pools deleted, and nodes ended, longer than REMEMBERED ago."""
+    def _forget_past(self) -> None:  # pools deleted, and nodes ended, longer than REMEMBERED ago
         since = self.clock.now() - REMEMBERED
         for key, pool in list(self._pools.items()):
             if pool.deleted_at is not None and pool.deleted_at < since:
@@ -210,11 +207,9 @@ class SimCloud:
 
     def _new_node(self, pool: _Pool, ready_at: datetime) -> _Node:
         pool.serial += 1
+        interrupt_at = self._interrupt_at(pool.spec.offer, ready_at)
         return _Node(
-            f"{pool.spec.name}-{pool.serial}",
-            ready_at,
-            self._interrupt_at(pool.spec.offer, ready_at),
-            launched=self.clock.now(),
+            f"{pool.spec.name}-{pool.serial}", ready_at, interrupt_at, launched=self.clock.now()
         )
 
     def _end(self, pool: _Pool, node: _Node, why: str) -> None:

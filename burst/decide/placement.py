@@ -70,20 +70,6 @@ class Placement:
             found = self._spot_ok[want.w.uid] = spot_allowed(want, targets, self.now)
         return found
 
-    def _kind(self, want: Want) -> tuple[object, ...]:
-        """What LateRefusals tells workloads apart by: all that decides which open pools may
-        take one."""
-        w = want.w
-        return (
-            want.policy.metadata.name,
-            w.accelerator,
-            w.pods,
-            w.gpus_per_pod,
-            w.cpu_per_pod,
-            w.memory_gib_per_pod,
-            self.spot_ok(want),
-        )
-
     def max_cost_usd(self, want: Want) -> int | None:
         key = (want.policy.metadata.name, want.w.max_cost)
         if key not in self._max_cost:  # the policy's cap is converted once per plan
@@ -122,7 +108,7 @@ class Placement:
             or (onprem is not None and soonest >= onprem)
         ):
             return refusal
-        if self.refused_late.dominated(self._kind(want), want.runtime):
+        if self.refused_late.dominated(_kind(want, self.spot_ok(want)), want.runtime):
             return refusal
         late = replace(
             want,
@@ -173,7 +159,7 @@ class Placement:
             if why is None:
                 return None
             if is_late and not refusals and why == _at_limit(p):  # taken by none, at any price
-                self.refused_late.add(self._kind(want), want.runtime)
+                self.refused_late.add(_kind(want, self.spot_ok(want)), want.runtime)
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
         # Each target's list is sorted by price x nodes. Where a run lasts as long on every offer
@@ -302,6 +288,20 @@ class Placement:
         self.dispatches.append(
             Dispatch(w.uid, pool.name, pool.target.name, reason, usd(cost), finish)
         )
+
+
+def _kind(want: Want, spot_ok: bool) -> tuple[object, ...]:
+    """What LateRefusals tells workloads apart by: all that decides which open pools may take one."""
+    w = want.w
+    return (
+        want.policy.metadata.name,
+        w.accelerator,
+        w.pods,
+        w.gpus_per_pod,
+        w.cpu_per_pod,
+        w.memory_gib_per_pod,
+        spot_ok,
+    )
 
 
 def _at_limit(policy: BurstPolicy) -> str:
