@@ -171,6 +171,8 @@ class PoolView:
     free_gpus: tuple[int, ...] = ()  # per node; empty means every node is wholly free
     idle_since: datetime | None = None  # set when nothing runs on the pool
     hourly: Money | None = None  # per node, as priced when the pool was created
+    # Per node, when the work known on it is expected to end (None: none on it); empty: unknown.
+    busy_until: tuple[datetime | None, ...] = ()
 
     def free_per_node(self) -> list[int]:
         return list(self.free_gpus) if self.free_gpus else [self.offer.gpus] * self.nodes

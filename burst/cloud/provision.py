@@ -429,17 +429,25 @@ def record_instances(
 
 
 def pool_views(
-    session: Session, used: Mapping[str, list[int]], idle_since: Mapping[str, datetime]
+    session: Session,
+    used: Mapping[str, list[tuple[int, datetime | None]]],
+    idle_since: Mapping[str, datetime],
 ) -> list[PoolView]:
-    """Live pools as the decision sees them; `used` gives GPUs taken per pool's workloads. Those
-    draining or being deleted take no work but count against maxPools: their nodes run."""
+    """Live pools as the decision sees them; `used` gives the GPUs each pod of the pool's
+    workloads takes and when it is expected to end (None: not known; then no node's end is
+    shown). Those draining or being deleted take no work but count against maxPools: their
+    nodes run."""
     out = []
     for row in session.scalars(select(Pool).where(Pool.state.in_((*LIVE, "deleting")))):
         free = [row.gpus_per_node] * row.nodes_desired
-        for gpus in used.get(row.name, []):
+        busy: list[datetime | None] = [None] * row.nodes_desired
+        known = True
+        for gpus, end in used.get(row.name, []):
+            known = known and end is not None
             for i, f in enumerate(free):
                 if f >= gpus:
                     free[i] = f - gpus
+                    busy[i] = max(end, busy[i] or end) if end is not None else busy[i]
                     break
         offer = offer_of(row)
         # A resizing pool runs its jobs: ready, with room on the nodes on their way.
@@ -457,6 +465,7 @@ def pool_views(
                 idle_since=idle_since.get(row.name),
                 # as its dispatches reserve it (intents.py), not as the catalog prices it now
                 hourly=Money(row.unit_price_micros, row.currency),
+                busy_until=tuple(busy) if known else (),
             )
         )
     return out

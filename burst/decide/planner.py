@@ -159,6 +159,7 @@ class _Planner:
                     True,
                     pv.nodes,
                     pv.created,
+                    busy=list(pv.busy_until) if len(pv.busy_until) == pv.nodes else [],
                 )
             )
         return placement

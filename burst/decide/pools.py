@@ -48,6 +48,8 @@ class OpenPool:
     unavailable: bool = False  # its offer is backed off: it takes work on its nodes, grows none
     interruptible: bool = False  # runs here are timed with spot restarts (expected_run)
     launch: timedelta = timedelta(0)  # how long a new node takes: the target's provisioning
+    # Per node, when its known work ends (None: none); empty when the pool view did not say.
+    busy: list[datetime | None] = field(default_factory=list)
     watchers: list[_Block] = field(default_factory=list, repr=False, compare=False)
     _slots: dict[int, int] = field(default_factory=dict)  # pods that fit now, per pod size
 
@@ -75,13 +77,33 @@ class OpenPool:
         return self.free_total >= w.gpus and self.extra_nodes_for(w) == 0
 
     def grow(self, nodes: int) -> None:
+        if self.busy:
+            self.busy += [None] * nodes
         self._refresh(self.free + [self.offer.gpus] * nodes)
 
-    def place(self, w: Workload) -> None:
+    def place(self, w: Workload, finish: datetime) -> None:
         placed = first_fit(self.free, w.gpus_per_pod, w.pods)
         assert placed is not None
         self.used = True
+        if self.busy:
+            for k, (before, after) in enumerate(zip(self.free, placed, strict=True)):
+                if after < before:
+                    self.busy[k] = max(finish, self.busy[k] or finish)
         self._refresh(placed)
+
+    def node_time_added(self, w: Workload, start: datetime, finish: datetime) -> timedelta | None:
+        """The node time `w` adds, placed now, starting at `start` and ending at `finish`: on each
+        node it takes, how much longer than the work known there it keeps the node up; None when
+        the pool's work is not known."""
+        if not self.busy:
+            return None
+        placed = first_fit(self.free, w.gpus_per_pod, w.pods)
+        assert placed is not None
+        added = timedelta(0)
+        for busy, before, after in zip(self.busy, self.free, placed, strict=True):
+            if after < before:
+                added += max(timedelta(0), finish - max(start, busy or start))
+        return added
 
     def _refresh(self, free: list[int]) -> None:
         before = (self.free_max, self.free_total, len(self.free))

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -229,15 +230,23 @@ class Reconciler:
             elif state == "planned":
                 pending.append(replace(w, phase="planned", planned_pool=None))
         QUEUE.set(len(pending))
-        used: dict[str, list[int]] = {}
+        used: dict[str, list[tuple[int, datetime | None]]] = {}
         active_pools = set()
-        for gpus, pods, name in s.execute(
-            select(Workload.gpus_per_pod, Workload.pods, Pool.name)
+        for gpus, pods, runtime_s, since, name in s.execute(
+            select(
+                Workload.gpus_per_pod,
+                Workload.pods,
+                Workload.expected_runtime_s,
+                DispatchRow.created_at,
+                Pool.name,
+            )
             .join(DispatchRow, DispatchRow.workload_id == Workload.id)
             .join(Pool, Pool.id == DispatchRow.pool_id)
             .where(DispatchRow.state.in_(ACTIVE))
         ):
-            used.setdefault(name, []).extend([gpus] * pods)
+            # Expected to end a runtime after its dispatch at the soonest (unknown without one).
+            end = None if runtime_s is None else since + timedelta(seconds=runtime_s)
+            used.setdefault(name, []).extend([(gpus, end)] * pods)
             active_pools.add(name)
         now = self.clock.now()
         # A pool with work is busy whatever its state (one grown for new work is `resizing`);

@@ -26,11 +26,18 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
     """The pool as the decision sees it now, built from its nodes and planned jobs (and from its
     `last` view what never changes)."""
     free = [n.free for n in pool.alive]
+    # When each node's work is expected to end, by the runtimes the decision is told.
+    busy = [
+        max((_ends(world, i, world.jobs[i].run_start) for i in n.jobs), default=None)
+        for n in pool.alive
+    ]
     for i in pool.planned:  # planned work holds its room, as in the reconciler
         s = world.jobs[i].spec
         spots = first_fit(free, s.gpus_per_pod, s.pods)
         for k in spots or []:
             free[k] -= s.gpus_per_pod
+            end = _ends(world, i, pool.alive[k].ready_at)
+            busy[k] = max(end, busy[k] or end)
     return PoolView(
         name=pool.name,
         target=pool.target,
@@ -42,7 +49,13 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
         free_gpus=tuple(free),
         idle_since=None if pool.idle_since is None else world.dt(pool.idle_since),
         hourly=last.hourly if last else Money(pool.hourly_micros, "USD"),
+        busy_until=tuple(None if b is None else world.dt(b) for b in busy),
     )
+
+
+def _ends(world: WorldState, i: int, start: float) -> float:
+    told = told_runtime(world, i)
+    return start + (world.default_runtime if told is None else told)
 
 
 def rebuilt_pool_views(world: WorldState) -> tuple[PoolView, ...]:

@@ -266,3 +266,20 @@ def test_the_plans_view_shows_pools_being_drained_or_deleted(tmp_path: Path) -> 
         views = {v.name: v.state for v in pool_views(s, {}, {})}
     engine.dispose()
     assert views == {"up": "ready", "idle": "draining", "going": "deleting"}
+
+
+def test_the_decision_sees_when_each_nodes_work_ends_while_every_runtime_is_known(
+    world: World,
+) -> None:
+    world.create("p", ON_DEMAND, 2)  # two nodes of 4 L4
+    now, hour = world.clock.now(), timedelta(hours=1)
+    with world.sessions() as s:
+        # Pods of 3, 2 and 1 GPUs, placed first fit as the view counts them: 3 and 1 on the
+        # first node, 2 on the second.
+        used = {"p": [(3, now + hour), (2, now + 3 * hour), (1, now + 2 * hour)]}
+        (view,) = pool_views(s, used, {})
+        assert view.free_gpus == (0, 2)
+        assert view.busy_until == (now + 2 * hour, now + 3 * hour)
+        # One pod whose end nobody knows: no node's end is shown (a reuse is priced as before).
+        (view,) = pool_views(s, {"p": [*used["p"], (1, None)]}, {})
+        assert view.busy_until == ()

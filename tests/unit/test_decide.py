@@ -446,6 +446,21 @@ def test_grows_an_existing_pool_of_the_chosen_offer() -> None:
     assert dispatches(plan)["w1"].pool == full.name
 
 
+def test_a_reuse_that_keeps_a_node_up_for_it_alone_loses_to_a_pool_of_its_own() -> None:
+    # One of the 4-GPU node's GPUs is free and its work ends in 10 minutes: the 2-hour workload
+    # there would keep all four GPUs up for 1 h 50 m more (22 USD at 12.24 an hour), where a
+    # 1-GPU node costs its launch, run and tail (about 7 USD). Small jobs in the room of big
+    # nodes were most of a Philly replay's idle spend.
+    pool = _pool(free_gpus=(1,), busy_until=(NOW + timedelta(minutes=10),))
+    snap = Snapshot(workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=(pool,))
+    placed = dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"]
+    assert placed.pool != pool.name and "n1-standard-1" in placed.reason, placed  # 1 V100
+    # Within the work already there the GPU adds no node time: it is reused.
+    for told in ((NOW + 3 * H,), ()):  # ... as is a pool whose work's end nobody knows
+        snap = replace(snap, pools=(replace(pool, busy_until=told),))
+        assert dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"].pool == pool.name
+
+
 def test_max_pools_refuses_a_new_pool() -> None:
     cfg = make_config(
         (
