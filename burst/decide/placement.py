@@ -60,15 +60,21 @@ class Placement:
         self.refused_late = LateRefusals()
         self._spot_ok: dict[str, bool] = {}
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
+        self._slowest: dict[str, timedelta] = {}
+        self._fastest: dict[tuple[int, tuple[CapacityType, ...]], timedelta | None] = {}
 
     def spot_ok(self, want: Want) -> bool:
         # Asked again when a workload is refused and placed late: its policy, deadline and
         # runtime, all that spot depends on, stay the same throughout the plan.
         found = self._spot_ok.get(want.w.uid)
         if found is None:
-            names = want.policy.spec.placement.targets
-            targets = [self.targets[t] for t in names if t in self.targets]
-            found = self._spot_ok[want.w.uid] = spot_allowed(want, targets, self.now)
+            name = want.policy.metadata.name
+            slowest = self._slowest.get(name)
+            if slowest is None:  # per policy: thousands of workloads share a few policies
+                names = want.policy.spec.placement.targets
+                launches = [self.targets[t].provisioning for t in names if t in self.targets]
+                slowest = self._slowest[name] = max(launches, default=timedelta(0))
+            found = self._spot_ok[want.w.uid] = spot_allowed(want, slowest, self.now)
         return found
 
     def max_cost_usd(self, want: Want) -> int | None:
@@ -127,10 +133,14 @@ class Placement:
         """Now + the fastest provisioning of a target with an offer for `want` + its runtime."""
         caps = capacities or (("on-demand", "spot") if self.spot_ok(want) else ("on-demand",))
         shape = self.candidates.of(want.w, want.policy)
-        targets = [self.targets[name] for cap in caps for name, c in shape[cap].items() if c]
-        if not targets:
-            return None
-        return self.now + min(t.provisioning for t in targets) + want.runtime
+        key = (id(shape), caps)  # a shape is one object per kind of workload for the plan
+        if key not in self._fastest:
+            launches = [
+                self.targets[n].provisioning for cap in caps for n, c in shape[cap].items() if c
+            ]
+            self._fastest[key] = min(launches, default=None)
+        fastest = self._fastest[key]
+        return None if fastest is None else self.now + fastest + want.runtime
 
     def _place(self, want: Want, is_late: bool = False) -> str | None:
         w, p = want.w, want.policy

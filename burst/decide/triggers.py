@@ -6,12 +6,11 @@ workloads are placed in (least slack first) and whether spot capacity suits them
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from burst.amounts import Money
-from burst.config import BurstPolicy, TargetSpec, Trigger
+from burst.config import BurstPolicy, Trigger
 from burst.decide.onprem import Estimate, Sweep
 from burst.decide.wording import at
 from burst.durations import format_duration
@@ -126,7 +125,8 @@ def urgency(want: Want, now: datetime) -> tuple[datetime, datetime, str]:
     return (want.w.deadline - want.runtime, want.w.created, want.w.uid)
 
 
-def spot_allowed(want: Want, targets: Iterable[TargetSpec], now: datetime) -> bool:
+def spot_allowed(want: Want, slowest: timedelta, now: datetime) -> bool:
+    """Whether `want` may run on spot; `slowest`: the slowest launch of its policy's targets."""
     mode = want.policy.spec.placement.capacity
     if mode == "spot":
         return True
@@ -135,7 +135,6 @@ def spot_allowed(want: Want, targets: Iterable[TargetSpec], now: datetime) -> bo
     if want.w.deadline is None:
         return True
     # spot-if-slack: an interruption costs a restart from scratch; the slack must absorb it.
-    slowest = max((t.provisioning for t in targets), default=timedelta(0))
     one_run = slowest + want.runtime
     return now + 2 * one_run <= want.w.deadline - safety_margin(
         want.policy.spec.trigger, want.runtime
