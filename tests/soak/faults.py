@@ -3,13 +3,14 @@ world of a running Soak, from the harness's seeded schedule (see docs/reliabilit
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from burst.cloud.provider import PoolSpec
+from burst.cloud.provider import PoolNotFound, PoolSpec
 from burst.model import TAG_OWNER, OfferKey
 from providers.sim import SimProvider
 from tests.soak import world
@@ -111,7 +112,9 @@ def interrupt(soak: Soak) -> None:
     pools = ours(soak, spot=True)
     if pools:
         target, name = soak.rng.choice(pools)
-        provider(soak, target).interrupt(name)
+        # burst may delete it between the look and the reclaim (it killed the injector once)
+        with contextlib.suppress(PoolNotFound):
+            provider(soak, target).interrupt(name)
 
 
 def delete_out_of_band(soak: Soak) -> None:
