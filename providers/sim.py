@@ -407,7 +407,7 @@ class SimProvider:
             if pool is None or not pool.deleted:
                 return None
             ends = [n.ended for n in pool.gone if n.ended is not None]
-            if ends and self.world.clock.now() - max(ends) > timedelta(hours=1):
+            if ends and self.world.clock.now() - max(ends) > REMEMBERED:
                 return None
             return tuple(Instance(n.name, n.launched or pool.created, n.ended) for n in pool.gone)
 

@@ -447,7 +447,8 @@ def pool_views(
             for i, f in enumerate(free):
                 if f >= gpus:
                     free[i] = f - gpus
-                    busy[i] = max(end, busy[i] or end) if end is not None else busy[i]
+                    if end is not None:
+                        busy[i] = max(end, busy[i] or end)
                     break
         offer = offer_of(row)
         # A resizing pool runs its jobs: ready, with room on the nodes on their way.

@@ -159,6 +159,7 @@ class Placement:
         eligible = self._eligible_pools(want, spot_ok)
         reuse = best_reuse(eligible, w, want.runtime, deadline, self.now)
         new: Cheapest | None = None
+        priced = False  # whether `new` was looked for (None when no offer will do)
         if reuse is not None and not at_limit:
             start = max(self.now, reuse.pool.ready_at)
             added = reuse.pool.node_time_added(w, start, reuse.finish)
@@ -166,6 +167,7 @@ class Placement:
                 new = cheapest_new(
                     want, by_capacity, capacities, self.targets, self.unavailable, self.now
                 )
+                priced = True
                 if new is not None and new[0] < node_cost(reuse.pool.hourly_micros, 1, added):
                     offer = new[4].offer
                     if (
@@ -189,14 +191,14 @@ class Placement:
             if why is None:
                 return None
             if is_late and not refusals and why == _at_limit(p):  # taken by none, at any price
-                self.refused_late.add(_kind(want, self.spot_ok(want)), want.runtime)
+                self.refused_late.add(_kind(want, spot_ok), want.runtime)
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
-        if new is None:
-            new = cheapest_new(
+        cheapest = new
+        if not priced:
+            cheapest = cheapest_new(
                 want, by_capacity, capacities, self.targets, self.unavailable, self.now
             )
-        cheapest = new
         if cheapest is None:
             refusals.append(
                 no_offer_reason(

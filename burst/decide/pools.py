@@ -85,11 +85,17 @@ class OpenPool:
         placed = first_fit(self.free, w.gpus_per_pod, w.pods)
         assert placed is not None
         self.used = True
-        if self.busy:
-            for k, (before, after) in enumerate(zip(self.free, placed, strict=True)):
-                if after < before:
-                    self.busy[k] = max(finish, self.busy[k] or finish)
+        for k in self._taken(placed) if self.busy else ():
+            self.busy[k] = max(finish, self.busy[k] or finish)
         self._refresh(placed)
+
+    def _taken(self, placed: list[int]) -> list[int]:
+        """The nodes a placement leaving `placed` free takes GPUs of."""
+        return [
+            k
+            for k, (before, after) in enumerate(zip(self.free, placed, strict=True))
+            if after < before
+        ]
 
     def node_time_added(self, w: Workload, start: datetime, finish: datetime) -> timedelta | None:
         """The node time `w` adds, placed now, starting at `start` and ending at `finish`: on each
@@ -100,9 +106,8 @@ class OpenPool:
         placed = first_fit(self.free, w.gpus_per_pod, w.pods)
         assert placed is not None
         added = timedelta(0)
-        for busy, before, after in zip(self.busy, self.free, placed, strict=True):
-            if after < before:
-                added += max(timedelta(0), finish - max(start, busy or start))
+        for k in self._taken(placed):
+            added += max(timedelta(0), finish - max(start, self.busy[k] or start))
         return added
 
     def _refresh(self, free: list[int]) -> None:
