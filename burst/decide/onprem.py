@@ -57,6 +57,7 @@ class Nodes:
         self.total = sum(self.free)
         self.counts: Counter[int] = Counter(max(f, 0) for f in self.free)
         self._sizes = Counter(max(size, 0) for size in sizes)
+        self._could: dict[tuple[int, int], bool] = {}
         self._leaves = 1 << max(0, len(sizes) - 1).bit_length()
         self._tree = [0] * (2 * self._leaves)  # the most GPUs free on a node, per subtree
         for k, f in enumerate(self.free):
@@ -92,8 +93,13 @@ class Nodes:
         return sum(n * (f // per_pod) for f, n in self.counts.items()) >= pods
 
     def could_fit(self, per_pod: int, pods: int) -> bool:
-        """Whether the pods fit the nodes were they all free."""
-        return per_pod <= 0 or sum(n * (s // per_pod) for s, n in self._sizes.items()) >= pods
+        """Whether the pods fit the nodes were they all free (asked per workload per plan; the
+        nodes' sizes do not change)."""
+        found = self._could.get((per_pod, pods))
+        if found is None:
+            found = per_pod <= 0 or sum(n * (s // per_pod) for s, n in self._sizes.items()) >= pods
+            self._could[(per_pod, pods)] = found
+        return found
 
     def place(self, per_pod: int, pods: int) -> list[int]:
         """First fit: the node of each pod (the first with its GPUs free), taken (they must

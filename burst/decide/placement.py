@@ -28,7 +28,7 @@ from burst.decide.caps import Caps, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
 from burst.decide.reuse import best_growth, best_reuse
 from burst.decide.triggers import Want, spot_allowed
-from burst.decide.wording import at, usd
+from burst.decide.wording import Words, at, usd
 from burst.model import CapacityType, Dispatch, OfferKey, Workload
 
 
@@ -62,6 +62,7 @@ class Placement:
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
         self._slowest: dict[str, timedelta] = {}
         self._fastest: dict[tuple[int, tuple[CapacityType, ...]], timedelta | None] = {}
+        self._full: dict[tuple[str, int, int], str | None] = {}
 
     def spot_ok(self, want: Want) -> bool:
         # Asked again when a workload is refused and placed late: its policy, deadline and
@@ -93,6 +94,13 @@ class Placement:
         hold = self.caps.budgets.hold_usd(want.w, cost_usd, offer, hourly)
         return self.caps.refusal(want.w, want.policy, cost_usd, max_cost_usd, hold)
 
+    def full(self, w: Workload, policy: BurstPolicy) -> str | None:
+        """full() below, per policy and pod shape until the placement next takes room."""
+        key = (policy.metadata.name, w.gpus_per_pod, w.pods)
+        if key not in self._full:
+            self._full[key] = full(self, w, policy)
+        return self._full[key]
+
     def open(self, pool: OpenPool) -> OpenPool:
         pool.seq = len(self.pools)
         pool.unavailable = pool.offer in self.unavailable
@@ -105,6 +113,11 @@ class Placement:
         """Place `want`; None on success, else the reason it was refused. A deadline no cloud can
         meet is lost either way: then the soonest cloud finish is what counts, if it beats on-prem
         (a late job stuck in the queue for days helps nobody)."""
+        refusal = self.full(want.w, want.policy)
+        if refusal is not None:
+            # What pricing it would end in, early or late. Once a backlog at the pool limit has
+            # taken the last room, thousands behind it were priced one by one.
+            return refusal
         refusal = self._place(want)
         if refusal is None or want.w.deadline is None:
             return refusal
@@ -120,10 +133,7 @@ class Placement:
         late = replace(
             want,
             finish_by=soonest,
-            trigger=(
-                f"{want.trigger}; no cloud meets the deadline either, the soonest cloud finish "
-                f"{at(soonest, self.now)} beats on-prem"
-            ),
+            trigger=Words(_late, want.trigger, soonest, self.now),
         )
         return refusal if self._place(late, is_late=True) is not None else None
 
@@ -278,6 +288,7 @@ class Placement:
     ) -> None:
         w, p = want.w, want.policy
         self.refused_late.clear()  # room was taken: those refused for room are asked again
+        self._full.clear()
         notes = self.caps.budgets.soft_overruns(w, p.metadata.name, cost)
         hold = self.caps.budgets.hold_usd(w, cost, pool.offer, pool.hourly_micros)
         self.caps.budgets.charge(w, p.metadata.name, cost, hold)
@@ -350,6 +361,13 @@ def _kind(want: Want, spot_ok: bool) -> tuple[object, ...]:
         w.cpu_per_pod,
         w.memory_gib_per_pod,
         spot_ok,
+    )
+
+
+def _late(trigger: str | Words, soonest: datetime, now: datetime) -> str:
+    return (
+        f"{trigger}; no cloud meets the deadline either, the soonest cloud finish "
+        f"{at(soonest, now)} beats on-prem"
     )
 
 

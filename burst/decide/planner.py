@@ -39,9 +39,9 @@ from burst.decide.candidates import Candidates, allowed_accelerators, expected_r
 from burst.decide.caps import Budgets, Caps, PlanError, Rates
 from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
-from burst.decide.placement import full as placement_full
 from burst.decide.pools import OpenPool, pool_actions
 from burst.decide.triggers import Want, time_saved, trigger, urgency
+from burst.decide.wording import Words
 from burst.durations import format_duration
 from burst.model import (
     Action,
@@ -178,7 +178,7 @@ class _Planner:
 
     def _why(
         self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
-    ) -> tuple[str | None, str, Money | None]:
+    ) -> tuple[str | Words | None, str, Money | None]:
         """(why it should burst, or None; why not, worded only when explaining; what the time it
         would save is worth, when that is the reason)."""
         why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
@@ -208,19 +208,12 @@ class _Planner:
 
     def _fulls(self, pending: list[Workload], settled: set[str]) -> dict[str, str | None]:
         """Why the placement would refuse each workload that may leave, whatever sends it (None:
-        it may be placed). The placement does not change while a round walks the queue, and the
-        answer depends on the workload's policy and pod shape alone: asked once per shape."""
-        by_shape: dict[tuple[str, int, int], str | None] = {}
-        fulls: dict[str, str | None] = {}
-        for w in pending:
-            policy = self.policy_of.get(w.uid)
-            if policy is None or w.uid in settled:
-                continue
-            shape = (policy.metadata.name, w.gpus_per_pod, w.pods)
-            if shape not in by_shape:
-                by_shape[shape] = placement_full(self.placement, w, policy)
-            fulls[w.uid] = by_shape[shape]
-        return fulls
+        it may be placed): the placement does not change while a round walks the queue."""
+        return {
+            w.uid: self.placement.full(w, policy)
+            for w in pending
+            if (policy := self.policy_of.get(w.uid)) is not None and w.uid not in settled
+        }
 
     # -- the whole plan --
 
@@ -305,13 +298,14 @@ class _Planner:
                 else:
                     refused = True
                     stays.add(w.uid)
-                    self.skips[w.uid] = Skip(
-                        w.uid,
-                        w.namespace,
-                        w.name,
-                        f"{want.trigger}, but {refusal}",
-                        onprem_finish=want.onprem.finish,
-                    )
+                    if self.explain:
+                        self.skips[w.uid] = Skip(
+                            w.uid,
+                            w.namespace,
+                            w.name,
+                            f"{want.trigger}, but {refusal}",
+                            onprem_finish=want.onprem.finish,
+                        )
             if not refused:
                 break  # the next round would see the same queue: those placed leave it either way
         return Plan(

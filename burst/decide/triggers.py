@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from burst.amounts import Money
 from burst.config import BurstPolicy, Trigger
 from burst.decide.onprem import Estimate, Sweep
-from burst.decide.wording import at
+from burst.decide.wording import Words, at
 from burst.durations import format_duration
 from burst.model import Workload
 
@@ -25,7 +25,7 @@ class Want:
     policy: BurstPolicy
     runtime: timedelta
     onprem: Estimate
-    trigger: str
+    trigger: str | Words
     finish_by: datetime | None  # the deadline, or when it is lost anyway, the soonest cloud finish
     worth: Money | None = None  # the most its cloud run may cost: the time it saves, priced
 
@@ -37,7 +37,7 @@ def trigger(
     sweep: Sweep,
     now: datetime,
     explain: bool,
-) -> tuple[str | None, str]:
+) -> tuple[str | Words | None, str]:
     """(why it should burst, or None; why not, worded only when `explain`)."""
     t = policy.spec.trigger
     if est.start is None:
@@ -55,17 +55,10 @@ def trigger(
     if w.deadline is not None and est.finish is not None:
         margin = safety_margin(t, est.finish - est.start)
         if est.finish > w.deadline - margin:
-            return (
-                f"deadline at risk: est. on-prem finish {at(est.finish, now)} > "
-                f"{at(w.deadline, now)} - {format_duration(margin)} margin",
-                "",
-            )
+            return Words(_at_risk, est.finish, w.deadline, margin, now), ""
     waited = now - w.pending_since
     if t.max_pending_wait is not None and waited >= t.max_pending_wait:
-        return (
-            f"pending {format_duration(waited)} >= max wait {format_duration(t.max_pending_wait)}",
-            "",
-        )
+        return Words(_waited, waited, t.max_pending_wait), ""
     if w.quota_blocked and t.quota_exhausted:
         return (f"GPU quota of namespace {w.namespace} exhausted", "")
     if not explain:
@@ -85,6 +78,17 @@ def trigger(
     if w.quota_blocked:
         why += f"; quota-blocked, but policy {policy.metadata.name} does not burst for quota"
     return None, why
+
+
+def _at_risk(finish: datetime, deadline: datetime, margin: timedelta, now: datetime) -> str:
+    return (
+        f"deadline at risk: est. on-prem finish {at(finish, now)} > "
+        f"{at(deadline, now)} - {format_duration(margin)} margin"
+    )
+
+
+def _waited(waited: timedelta, most: timedelta) -> str:
+    return f"pending {format_duration(waited)} >= max wait {format_duration(most)}"
 
 
 def time_saved(
