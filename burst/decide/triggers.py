@@ -148,6 +148,8 @@ def spot_allowed(want: Want, slowest: timedelta, now: datetime) -> bool:
 def safety_margin(t: Trigger, runtime: timedelta) -> timedelta:
     """How long before its deadline a run of `runtime` is to finish: the policy's fixed margin
     and its share of the run (whole seconds, as the margin is worded)."""
+    if not t.deadline_safety_share:
+        return t.deadline_safety_margin  # asked for every waiting workload on every plan
     return t.deadline_safety_margin + timedelta(
         seconds=round(runtime.total_seconds() * t.deadline_safety_share)
     )
