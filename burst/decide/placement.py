@@ -58,11 +58,11 @@ class Placement:
         self.policy_pools: defaultdict[str, PolicyPools] = defaultdict(lambda: PolicyPools(now))
         self.dispatches: list[Dispatch] = []
         self.refused_late = LateRefusals()
+        self.no_room = NoRoom()
         self._spot_ok: dict[str, bool] = {}
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
         self._slowest: dict[str, timedelta] = {}
         self._fastest: dict[tuple[int, tuple[CapacityType, ...]], timedelta | None] = {}
-        self._full: dict[tuple[str, int, int], str | None] = {}
 
     def spot_ok(self, want: Want) -> bool:
         # Asked again when a workload is refused and placed late: its policy, deadline and
@@ -94,13 +94,6 @@ class Placement:
         hold = self.caps.budgets.hold_usd(want.w, cost_usd, offer, hourly)
         return self.caps.refusal(want.w, want.policy, cost_usd, max_cost_usd, hold)
 
-    def full(self, w: Workload, policy: BurstPolicy) -> str | None:
-        """full() below, per policy and pod shape until the placement next takes room."""
-        key = (policy.metadata.name, w.gpus_per_pod, w.pods)
-        if key not in self._full:
-            self._full[key] = full(self, w, policy)
-        return self._full[key]
-
     def open(self, pool: OpenPool) -> OpenPool:
         pool.seq = len(self.pools)
         pool.unavailable = pool.offer in self.unavailable
@@ -113,11 +106,9 @@ class Placement:
         """Place `want`; None on success, else the reason it was refused. A deadline no cloud can
         meet is lost either way: then the soonest cloud finish is what counts, if it beats on-prem
         (a late job stuck in the queue for days helps nobody)."""
-        refusal = self.full(want.w, want.policy)
+        refusal = self.no_room.refusal(self, want.w, want.policy)
         if refusal is not None:
-            # What pricing it would end in, early or late. Once a backlog at the pool limit has
-            # taken the last room, thousands behind it were priced one by one.
-            return refusal
+            return refusal  # what pricing it would end in, early or late, at no cost
         refusal = self._place(want)
         if refusal is None or want.w.deadline is None:
             return refusal
@@ -288,7 +279,7 @@ class Placement:
     ) -> None:
         w, p = want.w, want.policy
         self.refused_late.clear()  # room was taken: those refused for room are asked again
-        self._full.clear()
+        self.no_room.clear()
         notes = self.caps.budgets.soft_overruns(w, p.metadata.name, cost)
         hold = self.caps.budgets.hold_usd(w, cost, pool.offer, pool.hourly_micros)
         self.caps.budgets.charge(w, p.metadata.name, cost, hold)
@@ -399,12 +390,28 @@ class LateRefusals:
             self._shortest = {}
 
 
-def full(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
-    """The refusal any placement of `w` gets while its policy has no room for it at all: at its
-    pool limit, with no pool that holds it now or could grow to within its node limit (deadlines
-    and kinds of GPU aside). Asked before a workload is priced: at the limit, a long backlog was
-    priced workload by workload on every pass only to be refused so (most of the time of a Philly
-    replay with config/)."""
+class NoRoom:
+    """The refusal any placement of a workload gets while its policy has no room for it at all:
+    at its pool limit, with no pool that holds it now or could grow to within its node limit
+    (deadlines and kinds of GPU aside). Known per policy and pod shape until the placement next
+    takes room. A Philly replay with config/ held thousands waiting at the limit, each priced on
+    every pass only to be refused so, even after the last room was taken."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, int], str | None] = {}
+
+    def refusal(self, placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
+        key = (policy.metadata.name, w.gpus_per_pod, w.pods)
+        if key not in self._known:
+            self._known[key] = _no_room(placement, w, policy)
+        return self._known[key]
+
+    def clear(self) -> None:
+        if self._known:
+            self._known = {}
+
+
+def _no_room(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
     limits, name = policy.spec.limits, policy.metadata.name
     if placement.pools_of_policy[name] < limits.max_pools:
         return None

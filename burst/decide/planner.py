@@ -210,7 +210,7 @@ class _Planner:
         """Why the placement would refuse each workload that may leave, whatever sends it (None:
         it may be placed): the placement does not change while a round walks the queue."""
         return {
-            w.uid: self.placement.full(w, policy)
+            w.uid: self.placement.no_room.refusal(self.placement, w, policy)
             for w in pending
             if (policy := self.policy_of.get(w.uid)) is not None and w.uid not in settled
         }

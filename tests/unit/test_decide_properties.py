@@ -6,6 +6,7 @@ catalog (one generated snapshot serves all properties: generating is the slow pa
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -19,7 +20,8 @@ from burst.amounts import Money
 from burst.cloud import catalog
 from burst.config import Config
 from burst.decide.onprem import estimate_all
-from burst.decide.placement import LateRefusals
+from burst.decide.placement import LateRefusals, Placement
+from burst.decide.triggers import Want
 from burst.model import (
     BudgetView,
     CreatePool,
@@ -292,6 +294,21 @@ def refusals_remembered_change_nothing(snap: Snapshot, cfg: Config, plan: Plan) 
         assert _plan(snap, cfg) == plan
 
 
+def refusals_for_no_room_are_what_pricing_gives(snap: Snapshot, cfg: Config, plan: Plan) -> None:
+    """A workload whose policy has no room for its pod shape is refused unpriced
+    (placement.NoRoom): priced with no deadline at all, it must be refused the same."""
+    place = Placement.place
+
+    def priced_too(self: Placement, want: Want) -> str | None:
+        refusal = place(self, want)
+        if refusal is not None and self.no_room.refusal(self, want.w, want.policy) == refusal:
+            assert self._place(replace(want, finish_by=None)) == refusal
+        return refusal
+
+    with patch.object(Placement, "place", priced_too):
+        assert _plan(snap, cfg) == plan
+
+
 def the_same_input_gives_the_same_plan(snap: Snapshot, cfg: Config, plan: Plan) -> None:
     first = plan
     assert _plan(snap, cfg) == first
@@ -319,6 +336,7 @@ PROPERTIES = [
     the_same_input_gives_the_same_plan,
     reasons_left_out_change_no_action,
     refusals_remembered_change_nothing,
+    refusals_for_no_room_are_what_pricing_gives,
 ]
 
 
@@ -393,3 +411,4 @@ def test_a_backlog_at_the_pool_limit_is_planned_as_if_each_were_priced(
     snap, cfg = scenario
     plan = _plan(snap, cfg)
     refusals_remembered_change_nothing(snap, cfg, plan)
+    refusals_for_no_room_are_what_pricing_gives(snap, cfg, plan)
