@@ -7,6 +7,7 @@ import contextlib
 import multiprocessing
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from burst.cli.options import ConfigOption, OutOption, fail, require_config
+from burst.durations import parse_duration
 
 
 def simulate_cmd(
@@ -84,6 +86,20 @@ def simulate_cmd(
             "trigger.waitPrice, instead of the configuration's).",
         ),
     ] = None,
+    wait_per_gpu_hour: Annotated[
+        str | None,
+        typer.Option(
+            help="Burst's wait per GPU-hour of a run before it bursts, e.g. 1m (its "
+            "trigger.waitPerGpuHour, instead of the configuration's): Starburst's compute-wait.",
+        ),
+    ] = None,
+    max_spot_delay: Annotated[
+        str | None,
+        typer.Option(
+            help="Spot only for runs its interruptions are expected to delay by at most this, "
+            "e.g. 5m (the policy's placement.maxSpotDelay, instead of the configuration's).",
+        ),
+    ] = None,
     queueing: Annotated[
         Literal["StrictFIFO", "BestEffortFIFO"] | None,
         typer.Option(
@@ -141,6 +157,14 @@ def simulate_cmd(
                 raise ValueError(f"--wait-price: {wait_price!r} is not a price of 0 or more")
             cfg = variants.with_trigger(cfg, policy.metadata.name, wait_price=price)
             policy = cfg.policies[policy.metadata.name]
+        name = policy.metadata.name
+        if wait_per_gpu_hour is not None:
+            per_gpu_hour = _duration("--wait-per-gpu-hour", wait_per_gpu_hour)
+            cfg = variants.with_trigger(cfg, name, wait_per_gpu_hour=per_gpu_hour)
+        if max_spot_delay is not None:
+            delay = _duration("--max-spot-delay", max_spot_delay)
+            cfg = variants.with_placement(cfg, name, max_spot_delay=delay)
+        policy = cfg.policies[name]
         if queueing is not None:
             cfg = variants.with_queueing(cfg, queueing)
         if margin is not None and margin not in variants.MEASURED:
@@ -251,3 +275,10 @@ def _executor(workers: int, dask: str | None) -> Iterator[Executor | None]:
             yield pool
     else:
         yield None
+
+
+def _duration(option: str, text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise ValueError(f"{option}: {e}") from None

@@ -384,6 +384,10 @@ class Trigger(Strict):
     # no other trigger sends bursts when a cloud would finish it sooner than on-prem and the
     # hours saved x its GPUs x this price pay for the cloud run. None: only the triggers above.
     wait_price: Amount | None = None
+    # How long a workload still queued on-prem may wait for each GPU-hour it will run (its GPUs x
+    # expected runtime) before it bursts: Starburst's compute-wait, k x GPUs x runtime. 1m: a
+    # 1-GPU run of an hour waits a minute, an 8-GPU run of 10 h 80 minutes. None: not used.
+    wait_per_gpu_hour: Duration | None = None
 
 
 class Placement(Strict):
@@ -391,6 +395,10 @@ class Placement(Strict):
     # Requested GPU -> GPUs it may run on instead; a GPU not listed runs only on itself.
     accelerators: dict[str, list[str]] = {}
     capacity: CapacityPolicy = "on-demand"
+    # Spot only for runs that spot interruptions are expected to delay by at most this (each one
+    # restarts the run from scratch; a target's spotInterruptionsPerHour sets how often). None:
+    # any run the capacity policy allows.
+    max_spot_delay: Duration | None = None
 
 
 class Limits(Strict):

@@ -61,7 +61,7 @@ class Placement:
         self.no_room = NoRoom()
         self._spot_ok: dict[str, bool] = {}
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
-        self._slowest: dict[str, timedelta] = {}
+        self._targets_of: dict[str, list[TargetSpec]] = {}
         self._fastest: dict[tuple[int, tuple[CapacityType, ...]], timedelta | None] = {}
 
     def spot_ok(self, want: Want) -> bool:
@@ -70,12 +70,13 @@ class Placement:
         found = self._spot_ok.get(want.w.uid)
         if found is None:
             name = want.policy.metadata.name
-            slowest = self._slowest.get(name)
-            if slowest is None:  # per policy: thousands of workloads share a few policies
+            targets = self._targets_of.get(name)
+            if targets is None:  # per policy: thousands of workloads share a few policies
                 names = want.policy.spec.placement.targets
-                launches = [self.targets[t].provisioning for t in names if t in self.targets]
-                slowest = self._slowest[name] = max(launches, default=timedelta(0))
-            found = self._spot_ok[want.w.uid] = spot_allowed(want, slowest, self.now)
+                targets = self._targets_of[name] = [
+                    self.targets[t] for t in names if t in self.targets
+                ]
+            found = self._spot_ok[want.w.uid] = spot_allowed(want, targets, self.now)
         return found
 
     def max_cost_usd(self, want: Want) -> int | None:

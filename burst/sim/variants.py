@@ -33,6 +33,14 @@ def with_trigger(config: Config, policy: str, **changes: Any) -> Config:
     return replace_dataclass(config, policies={**config.policies, policy: changed})
 
 
+def with_placement(config: Config, policy: str, **changes: Any) -> Config:
+    """The configuration with one policy's placement changed."""
+    p = config.policies[policy]
+    placement = p.spec.placement.model_copy(update=changes)
+    changed = p.model_copy(update={"spec": p.spec.model_copy(update={"placement": placement})})
+    return replace_dataclass(config, policies={**config.policies, policy: changed})
+
+
 def with_queueing(config: Config, queueing: str) -> Config:
     """The configuration with the on-prem cluster's queueing changed."""
     assert config.service is not None

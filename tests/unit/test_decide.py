@@ -114,6 +114,19 @@ CASES = [
         make_config(("ml", policy_spec(trigger={"maxPendingWait": "6h"}))),
     ),
     Case(
+        # Starburst's compute-wait: 1m per GPU-hour lets a 1-GPU run of 2 h wait 2 minutes.
+        "wait-per-gpu-hour-sends-a-small-run-that-waited-its-share",
+        Snapshot(workloads=(workload(),), onprem=BUSY_V100),
+        lambda p: "pending 10m >= its wait of 1m per GPU-hour, 2m" in dispatches(p)["w1"].reason,
+        make_config(("ml", policy_spec(trigger={"waitPerGpuHour": "1m"}))),
+    ),
+    Case(
+        "wait-per-gpu-hour-keeps-a-big-run-that-has-not",  # 8 GPUs x 10 h: 80 minutes
+        Snapshot(workloads=(workload(gpus_per_pod=8, expected_runtime=10 * H),), onprem=BUSY_V100),
+        lambda p: "w1" not in dispatches(p),
+        make_config(("ml", policy_spec(trigger={"waitPerGpuHour": "1m"}))),
+    ),
+    Case(
         "no-deadline-no-wait-trigger-stays",
         Snapshot(workloads=(workload(),), onprem=BUSY_V100),
         lambda p: skip_reason(p, "w1").startswith("no deadline; est. on-prem start 12:00"),
@@ -265,6 +278,32 @@ CASES = [
         lambda p: offer_of(p, "w1").capacity == "spot",
         make_config(
             ("ml", policy_spec(placement={"capacity": "spot-if-slack"})),
+            targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
+        ),
+    ),
+    Case(
+        # 10 h on spot at 0.05 interruptions an hour: e^0.5 - 1 = 0.65 restarts, about 3 h later.
+        "max-spot-delay-keeps-a-long-run-on-demand",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 200 * H, expected_runtime=10 * H),),
+            onprem=OnPrem({"V100": 0}),
+        ),
+        lambda p: offer_of(p, "w1").capacity == "on-demand",
+        make_config(
+            ("ml", policy_spec(placement={"capacity": "spot-if-slack", "maxSpotDelay": "5m"})),
+            targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
+        ),
+    ),
+    Case(
+        # 1 h: 0.05 restarts, about two minutes later with the relaunch.
+        "max-spot-delay-leaves-a-short-run-on-spot",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 200 * H, expected_runtime=H),),
+            onprem=OnPrem({"V100": 0}),
+        ),
+        lambda p: offer_of(p, "w1").capacity == "spot",
+        make_config(
+            ("ml", policy_spec(placement={"capacity": "spot-if-slack", "maxSpotDelay": "5m"})),
             targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
         ),
     ),
