@@ -5,6 +5,7 @@ with `--optimum N` each policy's cost against the windowed optimum too.
     python benchmarks/seeds.py [--traces openb,philly] [--seeds 1-5] [--clouds realistic,ideal]
         [--runtimes exact,noisy,learned] [--optimum 200] [--workers 2] [--wait-price 1.6]
         [--queueing BestEffortFIFO] [--margin measured|measured-share|30m|25%]
+        [--wait-per-gpu-hour 64s] [--max-spot-delay 2m]
 
 A row: cost, missed deadlines and mean completion time of burst, compute-wait, constant-wait and
 no-wait, then whether burst was cheaper than each at no more misses and no later mean completion
@@ -37,17 +38,13 @@ def run(
     runtimes: str,
     optimum: int,
     workers: int,
-    wait_price: str,
-    queueing: str,
-    margin: str,
+    knobs: list[str],
 ) -> dict[str, Any]:
     argv = [sys.executable, "-m", "burst", "simulate", "--trace", trace, "-c"]
     argv += [str(ROOT / "docs" / "examples" / "simulate"), "--baselines", "--format", "json"]
     argv += ["--seed", str(seed), "--clouds", clouds, "--runtimes", runtimes]
     argv += ["--workers", str(workers)] + (["--optimum", str(optimum)] if optimum else [])
-    argv += ["--wait-price", wait_price] if wait_price else []
-    argv += ["--queueing", queueing] if queueing else []
-    argv += ["--margin", margin] if margin else []
+    argv += knobs
     done = subprocess.run(argv, capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout)
     return result
@@ -103,7 +100,14 @@ def main() -> None:
     parser.add_argument(
         "--margin", default="", help="burst's margin: 30m, 25%%, measured or measured-share"
     )
+    parser.add_argument("--wait-per-gpu-hour", default="", help="burst's trigger.waitPerGpuHour")
+    parser.add_argument("--max-spot-delay", default="", help="burst's placement.maxSpotDelay")
     args = parser.parse_args()
+    knobs = [
+        f"--{name.replace('_', '-')}={value}"
+        for name in ("wait_price", "queueing", "margin", "wait_per_gpu_hour", "max_spot_delay")
+        if (value := getattr(args, name))
+    ]
     head = ["trace", "clouds", "runtimes", "seed", "burst margin"]
     for name in ("burst", *BASELINES):
         head += [f"{name} cost", "missed", "mean JCT"]
@@ -124,9 +128,7 @@ def main() -> None:
                         runtimes,
                         args.optimum,
                         args.workers,
-                        args.wait_price,
-                        args.queueing,
-                        args.margin,
+                        knobs,
                     )
                     print(row(trace, seed, clouds, runtimes, result), flush=True)
                     took = time.perf_counter() - started
