@@ -1,8 +1,9 @@
 """Step 1 of the decision: triggers. Whether a burstable workload wants to burst, and why, from its
 on-prem estimate: a deadline at risk (the estimated finish later than the deadline minus the
-policy's safety margin), a wait past the policy's maximum, an exhausted namespace quota where the
-policy bursts for quota, or no on-prem GPU group that can ever run it. Also the order the wanting
-workloads are placed in (least slack first) and whether spot capacity suits them."""
+policy's safety margin), a wait past the policy's maximum or past its wait per GPU-hour of the
+run, an exhausted namespace quota where the policy bursts for quota, or no on-prem GPU group that
+can ever run it. Also the order the wanting workloads are placed in (least slack first) and
+whether spot capacity suits them."""
 
 from __future__ import annotations
 

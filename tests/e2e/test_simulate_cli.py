@@ -125,6 +125,19 @@ def test_a_price_on_waiting_from_the_command_line() -> None:
     assert done.returncode == 1 and "--wait-price: '-1' is not a price of 0 or more" in done.stderr
 
 
+def test_a_wait_per_gpu_hour_and_a_max_spot_delay_from_the_command_line() -> None:
+    """--wait-per-gpu-hour sends a queued job once it has waited its share: at 6m per GPU-hour
+    (compute-wait's allowance on OpenB) more jobs burst and all complete sooner on average than
+    on the deadline trigger alone; a duration that is none is named."""
+    base = ("--trace", "openb", "-c", CONFIG, "--format", "json")
+    plain = json.loads(simulate(*base).stdout)["policies"][0]
+    sized = json.loads(simulate(*base, "--wait-per-gpu-hour", "6m").stdout)["policies"][0]
+    assert sized["jobs_burst"] > plain["jobs_burst"]
+    assert sized["mean_jct_s"] < plain["mean_jct_s"]
+    done = simulate(*base, "--max-spot-delay", "soon")
+    assert done.returncode == 1 and "--max-spot-delay: bad duration 'soon'" in done.stderr
+
+
 def test_a_margin_from_the_command_line_or_measured_on_a_replay() -> None:
     """--margin sets burst's deadline safety margin for the replay (a share of each runtime
     here); 'measured-share' takes it from how much longer jobs ran than burst was told on a
