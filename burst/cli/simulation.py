@@ -148,6 +148,7 @@ def simulate_cmd(
     )
     try:
         policy = simulate.policy_of(cfg, policy_name)
+        name = policy.metadata.name
         if wait_price is not None:
             try:
                 price = Decimal(wait_price)
@@ -155,21 +156,18 @@ def simulate_cmd(
                 price = Decimal("NaN")
             if not price.is_finite() or price < 0:
                 raise ValueError(f"--wait-price: {wait_price!r} is not a price of 0 or more")
-            cfg = variants.with_trigger(cfg, policy.metadata.name, wait_price=price)
-            policy = cfg.policies[policy.metadata.name]
-        name = policy.metadata.name
+            cfg = variants.with_trigger(cfg, name, wait_price=price)
         if wait_per_gpu_hour is not None:
             per_gpu_hour = _duration("--wait-per-gpu-hour", wait_per_gpu_hour)
             cfg = variants.with_trigger(cfg, name, wait_per_gpu_hour=per_gpu_hour)
         if max_spot_delay is not None:
             delay = _duration("--max-spot-delay", max_spot_delay)
             cfg = variants.with_placement(cfg, name, max_spot_delay=delay)
-        policy = cfg.policies[name]
         if queueing is not None:
             cfg = variants.with_queueing(cfg, queueing)
         if margin is not None and margin not in variants.MEASURED:
-            cfg = variants.with_margin(cfg, policy.metadata.name, *variants.parse_margin(margin))
-            policy = cfg.policies[policy.metadata.name]
+            cfg = variants.with_margin(cfg, name, *variants.parse_margin(margin))
+        policy = cfg.policies[name]
         raw = trace.read(path)
         slack = trace.slack_rule(deadline_slack)
         if onprem is not None and onprem_gpus is not None:
