@@ -289,6 +289,20 @@ def test_a_quiet_hour_does_not_let_a_queued_job_miss_its_deadline() -> None:
     assert world.run(simulate.Burst(priced)).deadlines_met == 1.0
 
 
+def test_a_queued_job_is_woken_when_its_wait_per_gpu_hour_is_up() -> None:
+    """With trigger.waitPerGpuHour a queued job bursts once it has waited its share, even when
+    nothing else happens then: a 1-GPU hour behind a 10-hour job that holds every on-prem GPU
+    waits its minute (to the next pass), not the policy's six-hour maximum wait."""
+    jobs = [job("a", 0, 36000, 8, 10**6), job("b", 60, 3600, 1, 10**6)]
+    name = POLICY.metadata.name
+    sized = variants.with_trigger(CFG, name, wait_per_gpu_hour=timedelta(minutes=1))
+    _, plain = replay(simulate.Burst(CFG), jobs)
+    _, woken = replay(simulate.Burst(sized), jobs)
+    assert plain.burst_jobs == woken.burst_jobs == 1
+    # b waits its minute, the pass after it, and a five-minute launch: under ten minutes.
+    assert woken.mean_queue_s * 2 < 600 < plain.mean_queue_s * 2
+
+
 def test_replays_run_alike_in_turn_in_local_processes_and_on_dask() -> None:
     """`burst simulate --workers N` and `--dask ADDRESS` run the same replays elsewhere, through one
     interface (a concurrent.futures Executor), and give the same comparison."""
