@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from burst.cli.options import ConfigOption, OutOption, fail, require_config
-from burst.durations import parse_duration
+from burst.durations import DurationError, parse_duration
 
 
 def simulate_cmd(
@@ -278,5 +278,5 @@ def _executor(workers: int, dask: str | None) -> Iterator[Executor | None]:
 def _duration(option: str, text: str) -> timedelta:
     try:
         return parse_duration(text)
-    except ValueError as e:
+    except DurationError as e:
         raise ValueError(f"{option}: {e}") from None

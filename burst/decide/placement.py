@@ -61,7 +61,8 @@ class Placement:
         self.no_room = NoRoom()
         self._spot_ok: dict[str, bool] = {}
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
-        self._targets_of: dict[str, list[TargetSpec]] = {}
+        # per policy: its targets, and the slowest launch among them
+        self._targets_of: dict[str, tuple[list[TargetSpec], timedelta]] = {}
         self._fastest: dict[tuple[int, tuple[CapacityType, ...]], timedelta | None] = {}
 
     def spot_ok(self, want: Want) -> bool:
@@ -70,13 +71,13 @@ class Placement:
         found = self._spot_ok.get(want.w.uid)
         if found is None:
             name = want.policy.metadata.name
-            targets = self._targets_of.get(name)
-            if targets is None:  # per policy: thousands of workloads share a few policies
+            of_policy = self._targets_of.get(name)
+            if of_policy is None:  # per policy: thousands of workloads share a few policies
                 names = want.policy.spec.placement.targets
-                targets = self._targets_of[name] = [
-                    self.targets[t] for t in names if t in self.targets
-                ]
-            found = self._spot_ok[want.w.uid] = spot_allowed(want, targets, self.now)
+                targets = [self.targets[t] for t in names if t in self.targets]
+                slowest = max((t.provisioning for t in targets), default=timedelta(0))
+                of_policy = self._targets_of[name] = (targets, slowest)
+            found = self._spot_ok[want.w.uid] = spot_allowed(want, *of_policy, self.now)
         return found
 
     def max_cost_usd(self, want: Want) -> int | None:

@@ -141,8 +141,11 @@ def urgency(want: Want, now: datetime) -> tuple[datetime, datetime, str]:
     return (want.w.deadline - want.runtime, want.w.created, want.w.uid)
 
 
-def spot_allowed(want: Want, targets: Sequence[TargetSpec], now: datetime) -> bool:
-    """Whether `want` may run on spot on the policy's `targets`."""
+def spot_allowed(
+    want: Want, targets: Sequence[TargetSpec], slowest: timedelta, now: datetime
+) -> bool:
+    """Whether `want` may run on spot on the policy's `targets`, whose slowest launch is
+    `slowest`."""
     placement = want.policy.spec.placement
     if placement.capacity == "on-demand":
         return False
@@ -154,7 +157,7 @@ def spot_allowed(want: Want, targets: Sequence[TargetSpec], now: datetime) -> bo
     if placement.capacity == "spot" or want.w.deadline is None:
         return True
     # spot-if-slack: an interruption costs a restart from scratch; the slack must absorb it.
-    one_run = max((t.provisioning for t in targets), default=timedelta(0)) + want.runtime
+    one_run = slowest + want.runtime
     return now + 2 * one_run <= want.w.deadline - safety_margin(
         want.policy.spec.trigger, want.runtime
     )

@@ -243,9 +243,9 @@ class Burst:
 
     def wake_at(self, job: SimJob) -> float | None:
         """The service plans every pass; here, a decision is due when nothing else happens by the
-        time a job still queued must burst: past the maximum wait or its wait per GPU-hour, or at the last moment its
-        deadline trigger can fire (its deadline less the margin and its runtime). Without it, a
-        quiet hour let such a job miss its deadline on-prem."""
+        time a job still queued must burst: past the maximum wait or its wait per GPU-hour, or at
+        the last moment its deadline trigger can fire (its deadline less the margin and its
+        runtime). Without it, a quiet hour let such a job miss its deadline on-prem."""
         wakes = [job.deadline - self.margin - job.duration * (1 + self.share)]
         if self.max_wait is not None:
             wakes.append(job.submit + self.max_wait.total_seconds())

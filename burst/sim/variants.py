@@ -27,17 +27,18 @@ def with_margin(config: Config, policy: str, margin: timedelta, share: float = 0
 
 def with_trigger(config: Config, policy: str, **changes: Any) -> Config:
     """The configuration with one policy's trigger changed."""
-    p = config.policies[policy]
-    trigger = p.spec.trigger.model_copy(update=changes)
-    changed = p.model_copy(update={"spec": p.spec.model_copy(update={"trigger": trigger})})
-    return replace_dataclass(config, policies={**config.policies, policy: changed})
+    return _with_spec_part(config, policy, "trigger", changes)
 
 
 def with_placement(config: Config, policy: str, **changes: Any) -> Config:
     """The configuration with one policy's placement changed."""
+    return _with_spec_part(config, policy, "placement", changes)
+
+
+def _with_spec_part(config: Config, policy: str, part: str, changes: dict[str, Any]) -> Config:
     p = config.policies[policy]
-    placement = p.spec.placement.model_copy(update=changes)
-    changed = p.model_copy(update={"spec": p.spec.model_copy(update={"placement": placement})})
+    varied = getattr(p.spec, part).model_copy(update=changes)
+    changed = p.model_copy(update={"spec": p.spec.model_copy(update={part: varied})})
     return replace_dataclass(config, policies={**config.policies, policy: changed})
 
 
