@@ -65,32 +65,20 @@ class Placement:
         self._targets_of: dict[str, tuple[list[TargetSpec], timedelta]] = {}
         self._fastest: dict[tuple[int, tuple[CapacityType, ...]], timedelta | None] = {}
 
-    def spot_ok(self, w: Workload, policy: BurstPolicy, runtime: timedelta) -> bool:
-        # Asked for every workload that may leave, and again when one is placed or placed late:
-        # its policy, deadline and runtime, all that spot depends on, stay the same in a plan.
-        found = self._spot_ok.get(w.uid)
+    def spot_ok(self, want: Want) -> bool:
+        # Asked again when a workload is refused and placed late: its policy, deadline and
+        # runtime, all that spot depends on, stay the same throughout the plan.
+        found = self._spot_ok.get(want.w.uid)
         if found is None:
-            name = policy.metadata.name
+            name = want.policy.metadata.name
             of_policy = self._targets_of.get(name)
             if of_policy is None:  # per policy: thousands of workloads share a few policies
-                names = policy.spec.placement.targets
+                names = want.policy.spec.placement.targets
                 targets = [self.targets[t] for t in names if t in self.targets]
                 slowest = max((t.provisioning for t in targets), default=timedelta(0))
                 of_policy = self._targets_of[name] = (targets, slowest)
-            found = spot_allowed(w, policy, runtime, *of_policy, self.now)
-            self._spot_ok[w.uid] = found
+            found = self._spot_ok[want.w.uid] = spot_allowed(want, *of_policy, self.now)
         return found
-
-    def spot_of(self, want: Want) -> bool:
-        return self.spot_ok(want.w, want.policy, want.runtime)
-
-    def no_room_for(self, w: Workload, policy: BurstPolicy, runtime: timedelta) -> str | None:
-        """NoRoom's refusal of `w`, whatever sends it; None: it may be placed."""
-        name = policy.metadata.name
-        if self.pools_of_policy[name] < policy.spec.limits.max_pools:
-            return None  # asked for every waiting workload: the common answer first
-        spot = self.policy_pools[name].on_spot and self.spot_ok(w, policy, runtime)
-        return self.no_room.refusal(self, w, policy, spot)
 
     def max_cost_usd(self, want: Want) -> int | None:
         key = (want.policy.metadata.name, want.w.max_cost)
@@ -116,29 +104,13 @@ class Placement:
         self.policy_pools[pool.policy].open(pool)
         return pool
 
-    def place(self, want: Want) -> str | Words | None:
+    def place(self, want: Want) -> str | None:
         """Place `want`; None on success, else the reason it was refused. A deadline no cloud can
         meet is lost either way: then the soonest cloud finish is what counts, if it beats on-prem
         (a late job stuck in the queue for days helps nobody)."""
-        refusal = self.no_room_for(want.w, want.policy, want.runtime) or self.too_late(want)
+        refusal = self.no_room.refusal(self, want.w, want.policy)
         if refusal is not None:
-            return refusal  # what pricing it would end in, at no cost
-        return self.priced(want)
-
-    def too_late(self, want: Want) -> Words | None:
-        """Why `want` stays whatever a placement would cost: no cloud can finish it by its
-        deadline (it would end after it even if it started now), nor sooner than on-prem will.
-        A Philly replay with config/ held hundreds so on every pass, each priced to be refused."""
-        w, onprem = want.w, want.onprem.finish
-        if w.deadline is None or onprem is None or self.now + want.runtime <= w.deadline:
-            return None
-        soonest = self._soonest_cloud_finish(want)
-        if soonest is None or soonest < onprem:
-            return None
-        return Words(_no_sooner, w.deadline, soonest, onprem, self.now)
-
-    def priced(self, want: Want) -> str | Words | None:
-        """`place`, every option priced."""
+            return refusal  # what pricing it would end in, early or late, at no cost
         refusal = self._place(want)
         if refusal is None or want.w.deadline is None:
             return refusal
@@ -149,7 +121,7 @@ class Placement:
             or (onprem is not None and soonest >= onprem)
         ):
             return refusal
-        if self.refused_late.dominated(_kind(want, self.spot_of(want)), want.runtime):
+        if self.refused_late.dominated(_kind(want, self.spot_ok(want)), want.runtime):
             return refusal
         late = replace(
             want,
@@ -162,7 +134,7 @@ class Placement:
         self, want: Want, capacities: tuple[CapacityType, ...] | None = None
     ) -> datetime | None:
         """Now + the fastest provisioning of a target with an offer for `want` + its runtime."""
-        caps = capacities or (("on-demand", "spot") if self.spot_of(want) else ("on-demand",))
+        caps = capacities or (("on-demand", "spot") if self.spot_ok(want) else ("on-demand",))
         shape = self.candidates.of(want.w, want.policy)
         key = (id(shape), caps)  # a shape is one object per kind of workload for the plan
         if key not in self._fastest:
@@ -178,7 +150,7 @@ class Placement:
         spec = p.spec
         at_limit = self.pools_of_policy[p.metadata.name] >= spec.limits.max_pools
         deadline = want.finish_by
-        spot_ok = self.spot_of(want)
+        spot_ok = self.spot_ok(want)
         max_cost_usd = self.max_cost_usd(want)
         refusals: list[str] = []
         by_capacity = self.candidates.of(w, p)
@@ -422,21 +394,18 @@ class LateRefusals:
 
 class NoRoom:
     """The refusal any placement of a workload gets while its policy has no room for it at all:
-    at its pool limit, with no pool it may use (target, GPU, spot) that holds it now or could
-    grow to within its node limit (deadlines aside). Known per policy, kind of request and pod
-    shape until the placement next takes room. A Philly replay with config/ held thousands waiting
-    at the limit, each priced on every pass only to be refused so, even after the last room was
-    taken, or while the only room was on spot or on GPUs they may not use."""
+    at its pool limit, with no pool that holds it now or could grow to within its node limit
+    (deadlines and kinds of GPU aside). Known per policy and pod shape until the placement next
+    takes room. A Philly replay with config/ held thousands waiting at the limit, each priced on
+    every pass only to be refused so, even after the last room was taken."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, str | None, bool, int, int], str | None] = {}
+        self._known: dict[tuple[str, int, int], str | None] = {}
 
-    def refusal(
-        self, placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bool
-    ) -> str | None:
-        key = (policy.metadata.name, w.accelerator, spot_ok, w.gpus_per_pod, w.pods)
+    def refusal(self, placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
+        key = (policy.metadata.name, w.gpus_per_pod, w.pods)
         if key not in self._known:
-            self._known[key] = _no_room(placement, w, policy, spot_ok)
+            self._known[key] = _no_room(placement, w, policy)
         return self._known[key]
 
     def clear(self) -> None:
@@ -444,10 +413,11 @@ class NoRoom:
             self._known = {}
 
 
-def _no_room(placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bool) -> str | None:
+def _no_room(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
     limits, name = policy.spec.limits, policy.metadata.name
-    of_policy = placement.policy_pools[name]
-    for pool in of_policy.of_kind(policy, w.accelerator, spot_ok, placement.catalog).pools:
+    if placement.pools_of_policy[name] < limits.max_pools:
+        return None
+    for pool in placement.policy_pools[name].opened:
         extra = pool.extra_nodes_for(w)
         if extra == 0 or (
             extra is not None
@@ -456,13 +426,6 @@ def _no_room(placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bo
         ):
             return None
     return _at_limit(policy)
-
-
-def _no_sooner(deadline: datetime, soonest: datetime, onprem: datetime, now: datetime) -> str:
-    return (
-        f"no cloud finishes it by its deadline {at(deadline, now)} or before on-prem: earliest "
-        f"cloud finish {at(soonest, now)}, on-prem {at(onprem, now)}"
-    )
 
 
 def no_offer_reason(

@@ -206,13 +206,11 @@ class _Planner:
             sweep.leave()
         return False
 
-    def _fulls(
-        self, pending: list[Workload], settled: set[str], runtimes: dict[str, timedelta]
-    ) -> dict[str, str | None]:
+    def _fulls(self, pending: list[Workload], settled: set[str]) -> dict[str, str | None]:
         """Why the placement would refuse each workload that may leave, whatever sends it (None:
         it may be placed): the placement does not change while a round walks the queue."""
         return {
-            w.uid: self.placement.no_room_for(w, policy, runtimes[w.uid])
+            w.uid: self.placement.no_room.refusal(self.placement, w, policy)
             for w in pending
             if (policy := self.policy_of.get(w.uid)) is not None and w.uid not in settled
         }
@@ -253,7 +251,7 @@ class _Planner:
             ):
                 self.placement = self._placement()
                 placed.clear()
-            fulls = self._fulls(pending, placed | stays, runtimes)
+            fulls = self._fulls(pending, placed | stays)
             walk = walk_length(pending, fulls, self.explain, self.queueing)
             if not walk:
                 break
@@ -269,17 +267,13 @@ class _Planner:
                 if policy is None or w.uid in stays:
                     sweep.stay(w, est)
                     continue
-                full: str | Words | None = fulls[w.uid]
+                full = fulls[w.uid]
                 if full is not None and not self.explain:
                     sweep.stay(w, est)  # it would be refused whatever sends it
                     continue
                 why, why_not, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
-                want = None
-                if why is not None:
-                    want = Want(w, policy, runtimes[w.uid], est, why, w.deadline, worth)
-                    full = full or self.placement.too_late(want)
-                if want is None or full is not None:
-                    sweep.stay(w, est)  # refused whatever it costs: it waits on-prem
+                if why is None or full is not None:
+                    sweep.stay(w, est)
                     if self.explain:
                         reason = why_not if why is None else f"{why}, but {full}"
                         self.skips[w.uid] = Skip(
@@ -287,7 +281,7 @@ class _Planner:
                         )
                     continue
                 sweep.leave()
-                wants.append(want)
+                wants.append(Want(w, policy, runtimes[w.uid], est, why, w.deadline, worth))
             if not wants:
                 break
             refused = False

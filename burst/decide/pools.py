@@ -237,11 +237,9 @@ class PolicyPools:
         self.groups: dict[tuple[str, str, bool], list[OpenPool]] = {}
         self.kinds: dict[tuple[str | None, bool], EligiblePools] = {}
         self._orders: tuple[list[OpenPool], list[OpenPool]] | None = None
-        self.on_spot = False  # whether any is: if none, being allowed spot changes nothing
 
     def open(self, pool: OpenPool) -> None:
         self.opened.append(pool)
-        self.on_spot |= pool.offer.capacity == "spot"
         key = (pool.target.name, pool.offer.accelerator, pool.offer.capacity == "spot")
         self.groups.setdefault(key, []).append(pool)
         self._orders = None

@@ -6,7 +6,6 @@ catalog (one generated snapshot serves all properties: generating is the slow pa
 
 from __future__ import annotations
 
-import copy
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -23,7 +22,6 @@ from burst.config import Config
 from burst.decide.onprem import estimate_all
 from burst.decide.placement import LateRefusals, Placement
 from burst.decide.triggers import Want
-from burst.decide.wording import Words
 from burst.model import (
     BudgetView,
     CreatePool,
@@ -303,26 +301,11 @@ def refusals_for_no_room_are_what_pricing_gives(snap: Snapshot, cfg: Config, pla
 
     def priced_too(self: Placement, want: Want) -> str | None:
         refusal = place(self, want)
-        if refusal is not None and self.no_room_for(want.w, want.policy, want.runtime) == refusal:
+        if refusal is not None and self.no_room.refusal(self, want.w, want.policy) == refusal:
             assert self._place(replace(want, finish_by=None)) == refusal
         return refusal
 
     with patch.object(Placement, "place", priced_too):
-        assert _plan(snap, cfg) == plan
-
-
-def refusals_too_late_are_what_pricing_gives(snap: Snapshot, cfg: Config, plan: Plan) -> None:
-    """A workload no cloud can finish by its deadline nor before on-prem stays unpriced
-    (Placement.too_late): priced on a copy of the placement, it must be refused too."""
-    too_late = Placement.too_late
-
-    def priced_too(self: Placement, want: Want) -> Words | None:
-        refusal = too_late(self, want)
-        if refusal is not None:
-            assert copy.deepcopy(self).priced(want) is not None, (want, str(refusal))
-        return refusal
-
-    with patch.object(Placement, "too_late", priced_too):
         assert _plan(snap, cfg) == plan
 
 
@@ -354,7 +337,6 @@ PROPERTIES = [
     reasons_left_out_change_no_action,
     refusals_remembered_change_nothing,
     refusals_for_no_room_are_what_pricing_gives,
-    refusals_too_late_are_what_pricing_gives,
 ]
 
 
@@ -430,4 +412,3 @@ def test_a_backlog_at_the_pool_limit_is_planned_as_if_each_were_priced(
     plan = _plan(snap, cfg)
     refusals_remembered_change_nothing(snap, cfg, plan)
     refusals_for_no_room_are_what_pricing_gives(snap, cfg, plan)
-    refusals_too_late_are_what_pricing_gives(snap, cfg, plan)
