@@ -311,11 +311,7 @@ class Provisioner:
         row = session.scalar(select(Pool).where(Pool.name == name))
         if row is None or row.state in ("deleted", "failed"):
             return None
-        if row.state != "deleting":
-            _event(
-                session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch
-            )
-            session.commit()
+        self.mark_deleting(session, row, reason)
         look(self, session, row)  # the last look at its instances, ended ones included
         try:
             self.call(row.target, "delete_pool", name)
@@ -338,6 +334,14 @@ class Provisioner:
                 return None
             session.commit()
         return row
+
+    def mark_deleting(self, session: Session, row: Pool, reason: str) -> None:
+        """A deletion under way: each pass deletes such pools again until the cloud has."""
+        if row.state != "deleting":
+            _event(
+                session, row, "deleting", row.nodes_desired, self.clock.now(), reason, self.epoch
+            )
+            session.commit()
 
     def mark_deleted(self, session: Session, row: Pool) -> None:
         at = row.deleted_at or self.clock.now()

@@ -126,7 +126,9 @@ class Teardown:
             d.updated_at = row.deleted_at or self.clock.now()  # it used the pool until then
         s.commit()
         if row.deleted_at is None:
-            self.delete_pool(s, row.name, "gone from the cloud")
+            # Left as a deletion under way, which the next pass finishes: asked again now, the
+            # throttled cloud would be asked twice more, each ask retried with back-off.
+            self.provisioner.mark_deleting(s, row, "gone from the cloud")
 
     # -- teardown and metering --
 

@@ -27,7 +27,7 @@ from burst.cloud.provision import Provisioner, pool_views, take_failed
 from burst.model import CreatePool, OfferKey
 from burst.money.meter import BILLING
 from burst.service.teardown import Teardown
-from burst.store.tables import LedgerEntry
+from burst.store.tables import LedgerEntry, Pool
 from providers.sim import SimCloud, SimProvider, SimSettings
 from tests.integration.test_pool_lifecycle import one_target_config, sessions_in
 
@@ -244,9 +244,20 @@ def test_a_pool_gone_behind_bursts_back_whose_ends_the_cloud_will_not_give_yet_i
     world.sim.delete_pool("vanished", by="operator")
     world.clock.advance(timedelta(minutes=25))
 
+    asked: list[str] = []
+
+    def throttled_asks(*args: Any, **kwargs: Any) -> None:
+        asked.append("ended_instances")
+        throttled()
+
     with monkeypatch.context() as m:
-        m.setattr(world.sim, "ended_instances", throttled)
+        m.setattr(world.sim, "ended_instances", throttled_asks)
         world.teardown.collect_orphans()
+    # A throttled cloud is asked again on the next pass, not twice more in this one (each ask is
+    # retried with back-off inside the provider: a pass stalled on a cloud that said "later").
+    assert asked == ["ended_instances"]
+    with world.sessions() as s:
+        assert s.scalar(select(Pool.state).where(Pool.name == "vanished")) == "deleting"
     world.passes(1)
     world.assert_billed("vanished", ON_DEMAND)
 
