@@ -85,6 +85,12 @@ def _cheapest_v100_in_policy_targets(plan: Plan) -> bool:
     return d.estimated_cost > Money.zero("USD")
 
 
+# Spot only for runs delayed at most 5m by reclaims, on targets that know their reclaim rate.
+SPOT_DELAY_5M = make_config(
+    ("ml", policy_spec(placement={"capacity": "spot-if-slack", "maxSpotDelay": "5m"})),
+    targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
+)
+
 CASES = [
     Case(
         "deadline-met-on-prem-stays",
@@ -289,10 +295,7 @@ CASES = [
             onprem=OnPrem({"V100": 0}),
         ),
         lambda p: offer_of(p, "w1").capacity == "on-demand",
-        make_config(
-            ("ml", policy_spec(placement={"capacity": "spot-if-slack", "maxSpotDelay": "5m"})),
-            targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
-        ),
+        SPOT_DELAY_5M,
     ),
     Case(
         # 1 h: 0.05 restarts, about two minutes later with the relaunch.
@@ -302,10 +305,7 @@ CASES = [
             onprem=OnPrem({"V100": 0}),
         ),
         lambda p: offer_of(p, "w1").capacity == "spot",
-        make_config(
-            ("ml", policy_spec(placement={"capacity": "spot-if-slack", "maxSpotDelay": "5m"})),
-            targets=[{**t, "spotInterruptionsPerHour": 0.05} for t in TARGETS],
-        ),
+        SPOT_DELAY_5M,
     ),
     Case(
         "two-jobs-share-one-new-pool",
