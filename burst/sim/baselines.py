@@ -15,9 +15,13 @@ with, on the same trace, seed and simulated clouds (simulate.py):
   burst and the others are replayed on.
 
 None of them knows deadlines. They use the offers the burst policy may use (its targets, GPUs and
-price cap), reuse a pool of the same offer that has room, and let a pool go once it has been idle
-for the policy's idle TTL. They answer with the actions decide.plan would, so the simulator carries
-them out the same way.
+price cap) under its caps as burst is: at most `maxPools` pools of at most `maxNodesPerPool`
+nodes, and no job over `maxCostPerJob`. They reuse a pool of the same offer that has room, open a
+pool while under the pool cap, and at the cap grow a pool of the offer, as the cluster autoscaler
+grows a node group to its maximum size; a job no pool can take waits for the next decision. They
+let a pool go once it has been idle for the policy's idle TTL. Budgets bind burst alone: they
+count reservations and charges in the service's ledger, which a baseline has not. They answer
+with the actions decide.plan would, so the simulator carries them out the same way.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config
 from burst.decide import allowed_accelerators
-from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer, OfferKey
-from burst.sim.simulate import World, price_cap_usd_micros, target_regions
+from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer, OfferKey, ResizePool
+from burst.sim.simulate import World, job_cap_usd_micros, price_cap_usd_micros, target_regions
 from burst.sim.state import first_fit
 from burst.sim.trace import SimJob
 
@@ -73,10 +77,12 @@ class Waiting:
     ) -> None:
         self.name, self.policy, self.wait = name, policy, wait
         self.out_of_order, self.queue_cap = out_of_order, queue_cap
-        # Every target of the policy, as burst may use (caps and targets are the policy's; its
-        # budgets bind burst alone: a baseline has no ledger to count against them).
+        # Every target of the policy, as burst may use, under the policy's caps.
         self._targets = target_regions(config, policy.spec.placement.targets)
         self._catalog, self._cap = catalog, price_cap_usd_micros(config, policy)
+        limits = policy.spec.limits
+        self._max_pools, self._max_nodes = limits.max_pools, limits.max_nodes_per_pool
+        self._max_job = job_cap_usd_micros(config, policy)
         self._choices: dict[tuple[int, int, str | None], _Choice | None] = {}
         self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
         self._made = 0
@@ -102,6 +108,8 @@ class Waiting:
                 if per_node == 0:
                     continue
                 nodes = math.ceil(job.pods / per_node)
+                if nodes > self._max_nodes:
+                    continue
                 if best is None or nodes * o.hourly.micros < best.nodes * best.offer.hourly.micros:
                     best = _Choice(o, self._targets[(o.cloud, o.region)], nodes)
             self._choices[shape] = best
@@ -123,6 +131,12 @@ class Waiting:
         for v in world.pools_with_room():
             if v.name not in gone:
                 room.setdefault(v.offer, {})[v.name] = v.free_per_node()
+        # Every live pool's nodes, by offer, for the growth the pool cap leaves.
+        sizes: dict[OfferKey, dict[str, int]] = {}
+        for name, p in world.pools.items():
+            if name not in gone:
+                sizes.setdefault(p.offer, {})[name] = len(p.alive)
+        pools = sum(len(of_offer) for of_offer in sizes.values())
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
             capped = self.queue_cap is not None and place >= self.queue_cap
@@ -130,10 +144,15 @@ class Waiting:
             if job.planned_pool is not None or not (waited or capped):
                 continue
             choice = self._choice(job.spec, world.asks[i])
-            if choice is None:
-                continue
             spec = job.spec
-            same = room.setdefault(choice.offer.key, {})
+            if choice is None or (
+                self._max_job is not None
+                and choice.nodes * choice.offer.hourly.micros * spec.duration > self._max_job * 3600
+            ):
+                continue
+            offer = choice.offer
+            same = room.setdefault(offer.key, {})
+            grown = sizes.setdefault(offer.key, {})
             pool = next(
                 (
                     name
@@ -142,7 +161,9 @@ class Waiting:
                 ),
                 None,
             )
-            if pool is None:
+            cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
+            if pool is None and pools < self._max_pools:
+                pools += 1
                 self._made += 1
                 pool = f"{self.name}-{self._made}"
                 actions.append(
@@ -150,16 +171,25 @@ class Waiting:
                         pool,
                         choice.target,
                         self.policy.metadata.name,
-                        choice.offer.key,
+                        offer.key,
                         choice.nodes,
-                        choice.offer.hourly,
+                        offer.hourly,
                         "waited long enough",
-                        Money(
-                            choice.offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD"
-                        ),
+                        cost,
                     )
                 )
-                same[pool] = [choice.offer.gpus] * choice.nodes
+                same[pool] = [offer.gpus] * choice.nodes
+                grown[pool] = choice.nodes
+            elif pool is None:  # at the pool cap: the first pool of the offer with nodes to add
+                pool = next(
+                    (n for n, size in grown.items() if size + choice.nodes <= self._max_nodes),
+                    None,
+                )
+                if pool is None:
+                    continue  # no room under the caps: it waits
+                grown[pool] += choice.nodes
+                actions.append(ResizePool(pool, grown[pool], "waited long enough", cost))
+                same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)
             for k in first_fit(same[pool], spec.gpus_per_pod, spec.pods) or []:
                 same[pool][k] -= spec.gpus_per_pod
             actions.append(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from typing import Protocol
 
 from burst import decide
@@ -272,11 +273,19 @@ class Burst:
 
 def price_cap_usd_micros(config: Config, policy: BurstPolicy) -> float | None:
     """The policy's max price per node-hour in USD micros, if it has one."""
-    limits = policy.spec.limits
-    if limits.max_hourly_price is None:
+    return _usd_micros(config, policy, policy.spec.limits.max_hourly_price)
+
+
+def job_cap_usd_micros(config: Config, policy: BurstPolicy) -> float | None:
+    """The policy's max cost per job in USD micros, if it has one."""
+    return _usd_micros(config, policy, policy.spec.limits.max_cost_per_job)
+
+
+def _usd_micros(config: Config, policy: BurstPolicy, amount: Decimal | None) -> float | None:
+    if amount is None:
         return None
-    money = Money.of(limits.max_hourly_price, limits.currency)
-    return float(money.micros / usd_rate(config, limits.currency))
+    currency = policy.spec.limits.currency
+    return float(Money.of(amount, currency).micros / usd_rate(config, currency))
 
 
 def target_regions(config: Config, names: Sequence[str]) -> dict[tuple[Cloud, str], str]:

@@ -140,6 +140,41 @@ def test_no_wait_bursts_at_the_next_tick_and_the_node_goes_when_empty() -> None:
     assert out.burst_jobs == 1 and out.deadlines_met == 1.0
 
 
+def _peak(spans: list[tuple[float, float]]) -> int:
+    """The most of these [start, end) spans that overlap at any moment."""
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    now = most = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_the_baselines_keep_to_the_policy_caps() -> None:
+    # config/'s policy: at most 4 pools of 8 nodes, no job over 500 CHF. On-prem is full for a
+    # day; 40 jobs of one 8-GPU pod each queue at once, an hour each. No-wait opens 4 pools, then
+    # grows them to 8 nodes: 32 jobs run at once, the last 8 wait for the first to end.
+    limits = POLICY.spec.limits
+    assert (limits.max_pools, limits.max_nodes_per_pool) == (4, 8)
+    hog = job("hog", 0, 24 * 3600, 8, 10**6)
+    jobs = [hog] + [job(f"j{k}", 10, 3600, 8, 10**6) for k in range(40)]
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), jobs)
+    pools = [
+        (p.created, max(n.ended for n in p.nodes if n.ended is not None)) for p in world.pool_list
+    ]
+    assert _peak(pools) == 4
+    for p in world.pool_list:
+        nodes = [(n.requested, n.ended) for n in p.nodes if n.ended is not None]
+        assert _peak(nodes) <= 8
+    starts = sorted(j.started for j in world.jobs[1:] if j.started is not None)
+    assert len(starts) == 40 and out.burst_jobs == 40
+    assert starts[31] < 3600 < starts[32]  # the last 8 took the room the first left
+    # A job whose cheapest run costs more than the per-job cap waits for on-prem.
+    long = job("long", 10, 200 * 3600, 8, 10**7)
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, long])
+    assert out.burst_jobs == 0 and world.jobs[1].started == 24 * 3600
+
+
 def test_burst_sends_the_tight_job_and_keeps_the_loose_one() -> None:
     hog = job("hog", 0, 4 * 3600, 8, 10**6)  # on-prem is full for 4 h (< the 6 h max wait)
     tight = job("tight", 10, 600, 1, 10 + 600 + 3000)
