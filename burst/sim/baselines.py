@@ -83,19 +83,19 @@ class Waiting:
         limits = policy.spec.limits
         self._max_pools, self._max_nodes = limits.max_pools, limits.max_nodes_per_pool
         self._max_job = job_cap_usd_micros(config, policy)
-        self._choices: dict[tuple[int, int, str | None], _Choice | None] = {}
+        self._by_shape: dict[tuple[int, int, str | None], list[_Choice]] = {}
         self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
-        self._made = 0
+        self._made = self._pools = 0
 
     def wake_at(self, job: SimJob) -> float | None:
         return job.submit + self.wait(job)
 
-    def _choice(self, job: SimJob, asks: str | None) -> _Choice | None:
-        """The cheapest on-demand nodes for the job's pods, of a GPU the policy allows for the
-        product it asks for (cached per pod shape and product)."""
+    def _choices(self, job: SimJob, asks: str | None) -> list[_Choice]:
+        """The on-demand nodes for the job's pods, cheapest first, of every offer of a GPU the
+        policy allows for the product it asks for (cached per pod shape and product)."""
         shape = (job.gpus_per_pod, job.pods, asks)
-        if shape not in self._choices:
-            best: _Choice | None = None
+        if shape not in self._by_shape:
+            choices: list[_Choice] = []
             offers = self._catalog.query(
                 allowed_accelerators(self.policy, asks, self._catalog),
                 capacity="on-demand",
@@ -108,12 +108,11 @@ class Waiting:
                 if per_node == 0:
                     continue
                 nodes = math.ceil(job.pods / per_node)
-                if nodes > self._max_nodes:
-                    continue
-                if best is None or nodes * o.hourly.micros < best.nodes * best.offer.hourly.micros:
-                    best = _Choice(o, self._targets[(o.cloud, o.region)], nodes)
-            self._choices[shape] = best
-        return self._choices[shape]
+                if nodes <= self._max_nodes:
+                    choices.append(_Choice(o, self._targets[(o.cloud, o.region)], nodes))
+            choices.sort(key=lambda c: c.nodes * c.offer.hourly.micros)
+            self._by_shape[shape] = choices
+        return self._by_shape[shape]
 
     def decide(self, world: World) -> Sequence[Action]:
         actions: list[Action] = []
@@ -136,73 +135,92 @@ class Waiting:
         for name, p in world.pools.items():
             if name not in gone:
                 sizes.setdefault(p.offer, {})[name] = len(p.alive)
-        pools = sum(len(of_offer) for of_offer in sizes.values())
+        self._pools = sum(len(of_offer) for of_offer in sizes.values())
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
             capped = self.queue_cap is not None and place >= self.queue_cap
             waited = world.now - job.spec.submit >= self.wait(job.spec)
             if job.planned_pool is not None or not (waited or capped):
                 continue
-            choice = self._choice(job.spec, world.asks[i])
             spec = job.spec
-            if choice is None or (
-                self._max_job is not None
-                and choice.nodes * choice.offer.hourly.micros * spec.duration > self._max_job * 3600
-            ):
-                continue
-            offer = choice.offer
-            same = room.setdefault(offer.key, {})
-            grown = sizes.setdefault(offer.key, {})
-            pool = next(
-                (
-                    name
-                    for name, free in same.items()
-                    if first_fit(free, spec.gpus_per_pod, spec.pods) is not None
-                ),
-                None,
-            )
-            cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
-            if pool is None and pools < self._max_pools:
-                pools += 1
-                self._made += 1
-                pool = f"{self.name}-{self._made}"
-                actions.append(
-                    CreatePool(
-                        pool,
-                        choice.target,
-                        self.policy.metadata.name,
-                        offer.key,
-                        choice.nodes,
-                        offer.hourly,
-                        "waited long enough",
-                        cost,
+            choices = [
+                c
+                for c in self._choices(spec, world.asks[i])
+                if self._max_job is None
+                or c.nodes * c.offer.hourly.micros * spec.duration <= self._max_job * 3600
+            ]
+            # The cheapest offer: a pool of it with room, else a new one while under the pool
+            # cap; at the cap, each offer in turn, cheapest first: a pool of it with room, or
+            # one that can grow (the autoscaler's price expander over its node groups).
+            for k, choice in enumerate(choices):
+                found = self._pool(choice, spec, room, sizes, actions, new=k == 0)
+                if found is not None:
+                    actions.append(
+                        Dispatch(
+                            str(i),
+                            found,
+                            choice.target,
+                            "waited long enough",
+                            Money.zero("USD"),
+                            world.dt(world.now + spec.duration),
+                        )
                     )
-                )
-                same[pool] = [offer.gpus] * choice.nodes
-                grown[pool] = choice.nodes
-            elif pool is None:  # at the pool cap: the first pool of the offer with nodes to add
-                pool = next(
-                    (n for n, size in grown.items() if size + choice.nodes <= self._max_nodes),
-                    None,
-                )
-                if pool is None:
-                    continue  # no room under the caps: it waits
-                grown[pool] += choice.nodes
-                actions.append(ResizePool(pool, grown[pool], "waited long enough", cost))
-                same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)
-            for k in first_fit(same[pool], spec.gpus_per_pod, spec.pods) or []:
-                same[pool][k] -= spec.gpus_per_pod
+                    break
+        return actions
+
+    def _pool(
+        self,
+        choice: _Choice,
+        spec: SimJob,
+        room: dict[OfferKey, dict[str, list[int]]],
+        sizes: dict[OfferKey, dict[str, int]],
+        actions: list[Action],
+        *,
+        new: bool,
+    ) -> str | None:
+        """A pool of the choice's offer for the job, with its pods' GPUs taken from its room: one
+        with room now, else (`new`) a new pool under the pool cap, else one grown within the
+        node cap; None when the caps leave none."""
+        offer = choice.offer
+        same, grown = room.setdefault(offer.key, {}), sizes.setdefault(offer.key, {})
+        cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
+        pool = next(
+            (
+                n
+                for n, free in same.items()
+                if first_fit(free, spec.gpus_per_pod, spec.pods) is not None
+            ),
+            None,
+        )
+        if pool is None and new and self._pools < self._max_pools:
+            self._pools += 1
+            self._made += 1
+            pool = f"{self.name}-{self._made}"
             actions.append(
-                Dispatch(
-                    str(i),
+                CreatePool(
                     pool,
                     choice.target,
+                    self.policy.metadata.name,
+                    offer.key,
+                    choice.nodes,
+                    offer.hourly,
                     "waited long enough",
-                    Money.zero("USD"),
-                    world.dt(world.now + spec.duration),
+                    cost,
                 )
             )
-        return actions
+            same[pool], grown[pool] = [offer.gpus] * choice.nodes, choice.nodes
+        elif pool is None and self._pools >= self._max_pools:
+            pool = next((n for n, k in grown.items() if k + choice.nodes <= self._max_nodes), None)
+            if pool is None:
+                return None
+            grown[pool] += choice.nodes
+            actions.append(ResizePool(pool, grown[pool], "waited long enough", cost))
+            same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)
+        if pool is None:
+            return None
+        for k in first_fit(same[pool], spec.gpus_per_pod, spec.pods) or []:
+            same[pool][k] -= spec.gpus_per_pod
+        return pool
 
 
 @dataclass(frozen=True)

@@ -169,6 +169,12 @@ def test_the_baselines_keep_to_the_policy_caps() -> None:
     starts = sorted(j.started for j in world.jobs[1:] if j.started is not None)
     assert len(starts) == 40 and out.burst_jobs == 40
     assert starts[31] < 3600 < starts[32]  # the last 8 took the room the first left
+    # At the pool cap a job takes a pool of any offer that suits it, cheapest first: four 8-GPU
+    # jobs hold the 4 pools, and a 1-GPU job behind them grows one by a node.
+    small = job("small", 20, 3600, 1, 10**6)
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *jobs[1:5], small])
+    assert len(world.pool_list) == 4 and out.burst_jobs == 5
+    assert sorted(len(p.nodes) for p in world.pool_list) == [1, 1, 1, 2]
     # A job whose cheapest run costs more than the per-job cap waits for on-prem.
     long = job("long", 10, 200 * 3600, 8, 10**7)
     world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, long])
