@@ -15,13 +15,15 @@ with, on the same trace, seed and simulated clouds (simulate.py):
   burst and the others are replayed on.
 
 None of them knows deadlines. They use the offers the burst policy may use (its targets, GPUs and
-price cap) under its caps as burst is: at most `maxPools` pools of at most `maxNodesPerPool`
-nodes, and no job over `maxCostPerJob`. They reuse a pool of the same offer that has room, open a
-pool while under the pool cap, and at the cap grow a pool of the offer, as the cluster autoscaler
-grows a node group to its maximum size; a job no pool can take waits for the next decision. They
-let a pool go once it has been idle for the policy's idle TTL. Budgets bind burst alone: they
-count reservations and charges in the service's ledger, which a baseline has not. They answer
-with the actions decide.plan would, so the simulator carries them out the same way.
+price cap) under its limits as burst is: at most `maxPools` pools of at most `maxNodesPerPool`
+nodes, no job over `maxCostPerJob`, and no new work for a pool past `maxLifetime`. They reuse a
+pool of the same offer that has room, open a pool while under the pool cap, and at the cap take
+room in or grow a pool of any offer that suits the job, cheapest first, as the cluster
+autoscaler's price expander grows a node group up to its maximum size; a job no pool can take
+waits for the next decision. They let a pool go once it has been idle for the policy's idle
+TTL, or is idle past its lifetime. Budgets bind burst alone: they count reservations and charges
+in the service's ledger, which a baseline has not. They answer with the actions decide.plan
+would, so the simulator carries them out the same way.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class Waiting:
         self._max_job = job_cap_usd_micros(config, policy)
         self._by_shape: dict[tuple[int, int, str | None], list[_Choice]] = {}
         self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
+        self._lifetime = policy.spec.teardown.max_lifetime.total_seconds()
         self._made = self._pools = 0
 
     def wake_at(self, job: SimJob) -> float | None:
@@ -116,26 +119,30 @@ class Waiting:
 
     def decide(self, world: World) -> Sequence[Action]:
         actions: list[Action] = []
+        # A pool past the policy's max lifetime takes no new work and goes once idle, as burst's
+        # (decide/planner.py); it still counts against the pool cap while it runs.
+        born = world.now - self._lifetime
         for p in world.idle_pools():
-            if (
-                p.state in ("requested", "ready")
-                and p.idle_since is not None
-                and world.now - p.idle_since >= self._ttl
-            ):
+            if p.state not in ("requested", "ready") or p.idle_since is None:
+                continue
+            if world.now - p.idle_since >= self._ttl:
                 actions.append(DeletePool(p.name, "idle for the idle TTL"))
+            elif p.created <= born:
+                actions.append(DeletePool(p.name, "max lifetime reached, and nothing runs on it"))
         gone = {a.pool for a in actions}
+        self._pools = len(world.pools) - len(gone)
+        draining = gone | {name for name, p in world.pools.items() if p.created <= born}
         # The GPUs free per node of each pool that has any, by offer, in pool order: a pool with
         # none can take no job (every pod asks for a GPU or more), so it is not looked at.
         room: dict[OfferKey, dict[str, list[int]]] = {}
         for v in world.pools_with_room():
-            if v.name not in gone:
+            if v.name not in draining:
                 room.setdefault(v.offer, {})[v.name] = v.free_per_node()
-        # Every live pool's nodes, by offer, for the growth the pool cap leaves.
+        # The nodes of every pool that takes work, by offer, for the growth the pool cap leaves.
         sizes: dict[OfferKey, dict[str, int]] = {}
         for name, p in world.pools.items():
-            if name not in gone:
+            if name not in draining:
                 sizes.setdefault(p.offer, {})[name] = len(p.alive)
-        self._pools = sum(len(of_offer) for of_offer in sizes.values())
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
             capped = self.queue_cap is not None and place >= self.queue_cap

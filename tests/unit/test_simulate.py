@@ -175,6 +175,16 @@ def test_the_baselines_keep_to_the_policy_caps() -> None:
     world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *jobs[1:5], small])
     assert len(world.pool_list) == 4 and out.burst_jobs == 5
     assert sorted(len(p.nodes) for p in world.pool_list) == [1, 1, 1, 2]
+    # A pool past the policy's max lifetime (24 h) takes no new work: four 8-GPU runs of 25 h
+    # hold the 4 pools, and a job queued a day later grows none of them; it waits until they
+    # end and go, and then has a pool of its own.
+    hog2 = job("hog", 0, 48 * 3600, 8, 10**7)
+    long_runs = [job(f"l{k}", 10, 25 * 3600, 8, 10**7) for k in range(4)]
+    late = job("late", 24 * 3600 + 100, 3600, 8, 10**7)
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog2, *long_runs, late])
+    assert [len(p.nodes) for p in world.pool_list] == [1] * 5 and out.burst_jobs == 5
+    started = world.jobs[5].started
+    assert started is not None and started > 25 * 3600
     # A job whose cheapest run costs more than the per-job cap waits for on-prem.
     long = job("long", 10, 200 * 3600, 8, 10**7)
     world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, long])
