@@ -6,8 +6,9 @@ with, on the same trace, seed and simulated clouds (simulate.py):
 - `constant-wait`: a job still queued after a fixed wait bursts to the cheapest on-demand offer in
   one fixed region (the policy's first target), as a cluster-autoscaler node group behaves.
 - `compute-wait`: Starburst's waiting policy (Cao et al., USENIX ATC '24): a job waits for on-prem
-  for `k x GPUs x runtime`; `k` is set from a waiting budget, here so that the allowed waits
-  average the budget over the trace.
+  for `k x GPUs x runtime`, by the runtime every policy is told (exact, a user's guess, learned
+  or the default: `--runtimes`); `k` is set from a waiting budget, here so that the allowed
+  waits of the trace's true runtimes average the budget.
 - `starburst`: compute-wait as Starburst runs it, controlling the on-prem scheduler too: on-prem
   runs queued jobs out of order (each, in queue order, starts if its GPUs are free: a small job
   runs past a big one that does not fit), and a job queued behind 30 others or more bursts at
@@ -39,7 +40,7 @@ from burst.config import BurstPolicy, Config
 from burst.decide import allowed_accelerators
 from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer, OfferKey, ResizePool
 from burst.sim.simulate import World, job_cap_usd_micros, price_cap_usd_micros, target_regions
-from burst.sim.state import first_fit
+from burst.sim.state import first_fit, runtime_told
 from burst.sim.trace import SimJob
 
 DEFAULT_WAIT = timedelta(minutes=30)
@@ -56,7 +57,7 @@ class _Choice:
 class Never:
     name = "never"
 
-    def wake_at(self, job: SimJob) -> float | None:
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return None
 
     def decide(self, world: World) -> Sequence[Action]:
@@ -64,7 +65,8 @@ class Never:
 
 
 class Waiting:
-    """Burst a queued job once it has waited `wait(job)` seconds, to the cheapest on-demand offer."""
+    """Burst a queued job once it has waited `wait(job, runtime)` seconds (`runtime`: the one every
+    policy is told, `--runtimes`), to the cheapest on-demand offer."""
 
     def __init__(
         self,
@@ -72,7 +74,7 @@ class Waiting:
         config: Config,
         policy: BurstPolicy,
         catalog: Catalog,
-        wait: Callable[[SimJob], float],
+        wait: Callable[[SimJob, int], float],
         *,
         out_of_order: bool = False,
         queue_cap: int | None = None,
@@ -90,8 +92,8 @@ class Waiting:
         self._lifetime = policy.spec.teardown.max_lifetime.total_seconds()
         self._made = self._pools = 0
 
-    def wake_at(self, job: SimJob) -> float | None:
-        return job.submit + self.wait(job)
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
+        return job.submit + self.wait(job, runtime)
 
     def _choices(self, job: SimJob, asks: str | None) -> list[_Choice]:
         """The on-demand nodes for the job's pods, cheapest first, of every offer of a GPU the
@@ -146,7 +148,7 @@ class Waiting:
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
             capped = self.queue_cap is not None and place >= self.queue_cap
-            waited = world.now - job.spec.submit >= self.wait(job.spec)
+            waited = world.now - job.spec.submit >= self.wait(job.spec, runtime_told(world, i))
             if job.planned_pool is not None or not (waited or capped):
                 continue
             spec = job.spec
@@ -232,14 +234,14 @@ class Waiting:
 
 @dataclass(frozen=True)
 class _Wait:
-    """A job may wait `per_job_s` plus `per_gpu_second` x its GPUs x its runtime. A class, not a
+    """A job may wait `per_job_s` plus `per_gpu_second` x its GPUs x the runtime told. A class, not a
     closure, so that a policy can be sent to another process (compare.py runs replays there)."""
 
     per_job_s: float = 0.0
     per_gpu_second: float = 0.0
 
-    def __call__(self, job: SimJob) -> float:
-        return self.per_job_s + self.per_gpu_second * job.gpus * job.duration
+    def __call__(self, job: SimJob, runtime: int) -> float:
+        return self.per_job_s + self.per_gpu_second * job.gpus * runtime
 
 
 def no_wait(config: Config, policy: BurstPolicy, catalog: Catalog) -> Waiting:

@@ -13,12 +13,12 @@ from bisect import bisect_left, insort
 from typing import Protocol
 
 from burst.model import RunningWorkload
-from burst.sim.state import WorldState, told_runtime
+from burst.sim.state import WorldState, runtime_told
 from burst.sim.trace import SimJob
 
 
 class Waking(Protocol):
-    def wake_at(self, job: SimJob) -> float | None: ...
+    def wake_at(self, job: SimJob, runtime: int) -> float | None: ...
 
 
 class OnPremQueue(WorldState):
@@ -34,7 +34,7 @@ class OnPremQueue(WorldState):
             self._start_onprem(product)
         if job.state == "queued":
             self.decide_at(self.now)
-            wake = policy.wake_at(job.spec)
+            wake = policy.wake_at(job.spec, runtime_told(self, i))
             if wake is not None:
                 self._at(wake, "wake", i)
 
@@ -75,8 +75,7 @@ class OnPremQueue(WorldState):
         self._unwait(i)
         end = self.now + job.spec.duration
         # The decision expects it to end when the runtime it was told says (not when it will).
-        told = told_runtime(self, i) or self.default_runtime
-        expected = self.dt(self.now + told)
+        expected = self.dt(self.now + runtime_told(self, i))
         started = self.dt(self.now)
         self.running[i] = tuple(
             RunningWorkload(

@@ -12,7 +12,8 @@ across decisions rather than rebuilt for each, and answers with the actions of m
 builds the Snapshot the service would and calls the same `decide.plan`; the baselines
 (baselines.py) answer with the same action types. A launch refused for capacity backs its offer off and the policy
 is asked again at once, as the reconcile loop does. Everything random comes from one seed.
-Runtimes are the trace's durations, known to every policy; a job runs as long in a cloud as on-prem.
+A job runs for the trace's duration, as long in a cloud as on-prem; every policy is told the same
+runtime for it (`--runtimes`: that duration, a user's guess, a learned estimate or the default).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ class Policy(Protocol):
         """The actions to take now (world.now); called at decision ticks."""
         ...
 
-    def wake_at(self, job: SimJob) -> float | None:
-        """When a job that is still queued needs a decision though nothing else changed."""
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
+        """When a job that is still queued needs a decision though nothing else changed
+        (`runtime`: the one the policies are told, in seconds)."""
         ...
 
 
@@ -242,16 +244,16 @@ class Burst:
             default=None,
         )
 
-    def wake_at(self, job: SimJob) -> float | None:
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
         """The service plans every pass; here, a decision is due when nothing else happens by the
         time a job still queued must burst: past the maximum wait or its wait per GPU-hour, or at
         the last moment its deadline trigger can fire (its deadline less the margin and its
         runtime). Without it, a quiet hour let such a job miss its deadline on-prem."""
-        wakes = [job.deadline - self.margin - job.duration * (1 + self.share)]
+        wakes = [job.deadline - self.margin - runtime * (1 + self.share)]
         if self.max_wait is not None:
             wakes.append(job.submit + self.max_wait.total_seconds())
         if self.per_gpu_hour is not None:
-            wakes.append(job.submit + self.per_gpu_hour * job.gpus * job.duration)
+            wakes.append(job.submit + self.per_gpu_hour * job.gpus * runtime)
         return max(job.submit, min(wakes))
 
     def decide(self, world: World) -> Sequence[Action]:

@@ -193,6 +193,12 @@ def told_runtime(world: WorldState, i: int) -> int | None:
     return world.told[i]
 
 
+def runtime_told(world: WorldState, i: int) -> int:
+    """The runtime the policies go by for job i: the one they are told, else the default."""
+    told = told_runtime(world, i)
+    return world.default_runtime if told is None else told
+
+
 class WorldState:
     """The simulated state: on-prem queues, pools, jobs, the event queue and the bill."""
 

@@ -19,7 +19,7 @@ from typing import cast
 from burst.amounts import Money
 from burst.model import PoolView, Workload
 from burst.sim.clouds import CloudPools
-from burst.sim.state import Pool, WorldState, first_fit, told_runtime
+from burst.sim.state import Pool, WorldState, first_fit, runtime_told, told_runtime
 
 
 def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> PoolView:
@@ -54,8 +54,7 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
 
 
 def _ends(world: WorldState, i: int, start: float) -> float:
-    told = told_runtime(world, i)
-    return start + (world.default_runtime if told is None else told)
+    return start + runtime_told(world, i)
 
 
 def rebuilt_pool_views(world: WorldState) -> tuple[PoolView, ...]:

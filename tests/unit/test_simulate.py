@@ -191,6 +191,23 @@ def test_the_baselines_keep_to_the_policy_caps() -> None:
     assert out.burst_jobs == 0 and world.jobs[1].started == 24 * 3600
 
 
+def test_compute_wait_waits_by_the_runtime_every_policy_is_told() -> None:
+    # k set so that the 100 s job may wait 100 s: told its runtime, it bursts at the first tick
+    # after that; told nothing (the policy's default, 4 h), it waits 4 h, as burst would be told.
+    hog = job("hog", 0, 10 * 3600, 8, 10**6)
+    short = job("short", 10, 100, 1, 10**6)
+    rule = baselines.compute_wait(CFG, POLICY, OFFERS, [short], timedelta(seconds=100))
+    starts = {}
+    for told in ("exact", "none"):
+        world = simulate.World(
+            [hog, short], {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY, runtimes=told
+        )
+        world.run(rule)
+        assert world.jobs[1].ran_in_cloud
+        starts[told] = world.jobs[1].started
+    assert starts == {"exact": 120 + 300, "none": 14_430 + 300}
+
+
 def test_burst_sends_the_tight_job_and_keeps_the_loose_one() -> None:
     hog = job("hog", 0, 4 * 3600, 8, 10**6)  # on-prem is full for 4 h (< the 6 h max wait)
     tight = job("tight", 10, 600, 1, 10 + 600 + 3000)
@@ -234,7 +251,7 @@ class GrowOnePool:
         )
         self.nodes = 0
 
-    def wake_at(self, job: SimJob) -> float | None:
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return None
 
     def decide(self, world: simulate.World) -> list[Action]:

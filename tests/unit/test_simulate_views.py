@@ -57,8 +57,8 @@ class Checked:
     def __init__(self, inner: simulate.Policy) -> None:
         self.inner, self.name, self.checks = inner, inner.name, 0
 
-    def wake_at(self, job: SimJob) -> float | None:
-        return self.inner.wake_at(job)
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
+        return self.inner.wake_at(job, runtime)
 
     def decide(self, world: simulate.World) -> Sequence[Action]:
         fits = sorted(i for i in world.waiting if i not in world.never_fits)
@@ -109,7 +109,7 @@ class Scripted:
 
     name = "scripted"
 
-    def wake_at(self, job: SimJob) -> float | None:
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return None
 
     def decide(self, world: simulate.World) -> list[Action]:
