@@ -145,6 +145,10 @@ class Waiting:
         for name, p in world.pools.items():
             if name not in draining:
                 sizes.setdefault(p.offer, {})[name] = len(p.alive)
+        # At the pool cap, the most offers (cheapest first) a pod shape has found no pool among:
+        # one of that shape with as many or fewer finds none either, until a pool grows (the
+        # new nodes may have GPUs left over; otherwise room only shrinks within a decision).
+        refused: dict[tuple[int, int, str | None], int] = {}
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
             capped = self.queue_cap is not None and place >= self.queue_cap
@@ -152,18 +156,25 @@ class Waiting:
             if job.planned_pool is not None or not (waited or capped):
                 continue
             spec = job.spec
+            # Those within the per-job cost cap: the cheapest first, so a prefix of them.
             choices = [
                 c
                 for c in self._choices(spec, world.asks[i])
                 if self._max_job is None
                 or c.nodes * c.offer.hourly.micros * spec.duration <= self._max_job * 3600
             ]
+            shape = (spec.gpus_per_pod, spec.pods, world.asks[i])
+            if len(choices) <= refused.get(shape, -1):
+                continue
             # The cheapest offer: a pool of it with room, else a new one while under the pool
             # cap; at the cap, each offer in turn, cheapest first: a pool of it with room, or
             # one that can grow (the autoscaler's price expander over its node groups).
             for k, choice in enumerate(choices):
+                asked = len(actions)
                 found = self._pool(choice, spec, room, sizes, actions, new=k == 0)
                 if found is not None:
+                    if len(actions) > asked and isinstance(actions[-1], ResizePool):
+                        refused.clear()
                     actions.append(
                         Dispatch(
                             str(i),
@@ -175,6 +186,8 @@ class Waiting:
                         )
                     )
                     break
+            else:
+                refused[shape] = max(refused.get(shape, -1), len(choices))
         return actions
 
     def _pool(
@@ -191,7 +204,7 @@ class Waiting:
         with room now, else (`new`) a new pool under the pool cap, else one grown within the
         node cap; None when the caps leave none."""
         offer = choice.offer
-        same, grown = room.setdefault(offer.key, {}), sizes.setdefault(offer.key, {})
+        same, nodes = room.setdefault(offer.key, {}), sizes.setdefault(offer.key, {})
         cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
         pool = next(
             (
@@ -217,13 +230,13 @@ class Waiting:
                     cost,
                 )
             )
-            same[pool], grown[pool] = [offer.gpus] * choice.nodes, choice.nodes
+            same[pool], nodes[pool] = [offer.gpus] * choice.nodes, choice.nodes
         elif pool is None and self._pools >= self._max_pools:
-            pool = next((n for n, k in grown.items() if k + choice.nodes <= self._max_nodes), None)
+            pool = next((n for n, k in nodes.items() if k + choice.nodes <= self._max_nodes), None)
             if pool is None:
                 return None
-            grown[pool] += choice.nodes
-            actions.append(ResizePool(pool, grown[pool], "waited long enough", cost))
+            nodes[pool] += choice.nodes
+            actions.append(ResizePool(pool, nodes[pool], "waited long enough", cost))
             same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)
         if pool is None:
             return None
