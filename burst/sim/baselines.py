@@ -3,8 +3,8 @@ with, on the same trace, seed and simulated clouds (simulate.py):
 
 - `never`: never burst; everything waits for on-prem.
 - `no-wait`: a job that cannot start on-prem at once bursts to the cheapest on-demand offer.
-- `constant-wait`: a job still queued after a fixed wait bursts to the cheapest on-demand offer in
-  one fixed region (the policy's first target), as a cluster-autoscaler node group behaves.
+- `constant-wait`: a job still queued after a fixed wait bursts to the cheapest on-demand offer of
+  the policy's targets, as the cluster autoscaler with `--new-pod-scale-up-delay` behaves.
 - `compute-wait`: Starburst's waiting policy (Cao et al., USENIX ATC '24): a job waits for on-prem
   for `k x GPUs x runtime`, by the runtime every policy is told (exact, a user's guess, learned
   or the default: `--runtimes`); `k` is set from a waiting budget, here so that the allowed
