@@ -150,10 +150,10 @@ def _peak(spans: list[tuple[float, float]]) -> int:
     return most
 
 
-def test_the_baselines_keep_to_the_policy_caps() -> None:
-    # config/'s policy: at most 4 pools of 8 nodes, no job over 500 CHF. On-prem is full for a
-    # day; 40 jobs of one 8-GPU pod each queue at once, an hour each. No-wait opens 4 pools, then
-    # grows them to 8 nodes: 32 jobs run at once, the last 8 wait for the first to end.
+def test_the_baselines_keep_to_the_pool_and_node_caps() -> None:
+    # config/'s policy: at most 4 pools of 8 nodes. On-prem is full for a day; 40 jobs of one
+    # 8-GPU pod each queue at once, an hour each. No-wait opens 4 pools, then grows them to 8
+    # nodes: 32 jobs run at once, the last 8 wait for the first to end.
     limits = POLICY.spec.limits
     assert (limits.max_pools, limits.max_nodes_per_pool) == (4, 8)
     hog = job("hog", 0, 24 * 3600, 8, 10**6)
@@ -169,23 +169,35 @@ def test_the_baselines_keep_to_the_policy_caps() -> None:
     starts = sorted(j.started for j in world.jobs[1:] if j.started is not None)
     assert len(starts) == 40 and out.burst_jobs == 40
     assert starts[31] < 3600 < starts[32]  # the last 8 took the room the first left
-    # At the pool cap a job takes a pool of any offer that suits it, cheapest first: four 8-GPU
-    # jobs hold the 4 pools, and a 1-GPU job behind them grows one by a node.
+
+
+def test_at_the_pool_cap_a_baseline_takes_any_offer_that_suits_the_job() -> None:
+    # Four 8-GPU jobs hold the 4 pools; a 1-GPU job behind them, whose cheapest offer has no
+    # pool, grows one of theirs by a node.
+    hog = job("hog", 0, 24 * 3600, 8, 10**6)
+    eights = [job(f"j{k}", 10, 3600, 8, 10**6) for k in range(4)]
     small = job("small", 20, 3600, 1, 10**6)
-    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *jobs[1:5], small])
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *eights, small])
     assert len(world.pool_list) == 4 and out.burst_jobs == 5
     assert sorted(len(p.nodes) for p in world.pool_list) == [1, 1, 1, 2]
-    # A pool past the policy's max lifetime (24 h) takes no new work: four 8-GPU runs of 25 h
-    # hold the 4 pools, and a job queued a day later grows none of them; it waits until they
-    # end and go, and then has a pool of its own.
-    hog2 = job("hog", 0, 48 * 3600, 8, 10**7)
+
+
+def test_a_baseline_pool_past_its_lifetime_takes_no_new_work() -> None:
+    # The policy's max lifetime is 24 h: four 8-GPU runs of 25 h hold the 4 pools, and a job
+    # queued a day later grows none of them; it waits until they end and go, and then has a
+    # pool of its own.
+    hog = job("hog", 0, 48 * 3600, 8, 10**7)
     long_runs = [job(f"l{k}", 10, 25 * 3600, 8, 10**7) for k in range(4)]
     late = job("late", 24 * 3600 + 100, 3600, 8, 10**7)
-    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog2, *long_runs, late])
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *long_runs, late])
     assert [len(p.nodes) for p in world.pool_list] == [1] * 5 and out.burst_jobs == 5
     started = world.jobs[5].started
     assert started is not None and started > 25 * 3600
-    # A job whose cheapest run costs more than the per-job cap waits for on-prem.
+
+
+def test_a_baseline_sends_no_job_over_the_per_job_cost_cap() -> None:
+    # Its cheapest run costs more than the policy's 500 CHF: it waits for on-prem.
+    hog = job("hog", 0, 24 * 3600, 8, 10**6)
     long = job("long", 10, 200 * 3600, 8, 10**7)
     world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, long])
     assert out.burst_jobs == 0 and world.jobs[1].started == 24 * 3600
