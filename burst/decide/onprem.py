@@ -238,20 +238,31 @@ def queue_sweep(
     return QueueSweep(onprem, now)
 
 
+# (product, pods' GPUs, pods, releases taken or None, start): an estimate not yet stayed or left
+_Taken = tuple[str, int, int, list[tuple[datetime, int, int]] | None, datetime]
+
+
 class QueueSweep(Sweep):
     """Strict FIFO per product: nothing starts before the workload ahead of it."""
 
     def __init__(self, onprem: OnPrem, now: datetime) -> None:
         super().__init__(onprem)
         self._products = products(onprem, now)
-        # (product, releases taken to make room, start) of the last estimate
-        self._pending: tuple[str, list[tuple[datetime, int, int]], datetime] | None = None
+        self._pending: _Taken | None = None
+        # The start of the last estimate that left, by its product and pod shape: leave() puts
+        # the nodes back as they were, so the next of that shape starts then too, until one stays.
+        # A replay's queue holds thousands of 1-GPU workloads that all want to leave.
+        self._left: tuple[str, int, int, datetime] | None = None
 
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
         """Takes releases, in time order, until the pods fit (undone by leave())."""
         name = self.product_of(w)
-        p = self._products.get(name) if name else None
         per, pods = w.gpus_per_pod, w.pods
+        left = self._left
+        if left is not None and left[0] == name and left[1] == per and left[2] == pods:
+            self._pending = (left[0], per, pods, None, left[3])
+            return Estimate(name, left[3], left[3] + runtime)
+        p = self._products.get(name) if name else None
         if p is None or not p.could_fit(per, pods):
             self._pending = None
             return Estimate(name, None, None)
@@ -267,13 +278,17 @@ class QueueSweep(Sweep):
             p.add(node, gpus)
             clock = max(clock, at)
         assert name is not None
-        self._pending = (name, popped, clock)
+        self._pending = (name, per, pods, popped, clock)
         return Estimate(name, clock, clock + runtime)
 
     def stay(self, w: Workload, estimate: Estimate) -> None:
         if self._pending is None or estimate.start is None or estimate.finish is None:
             return
-        name, _, clock = self._pending
+        self._left = None  # the nodes change
+        if self._pending[3] is None:  # estimated from the last that left: take the releases
+            self.estimate(w, estimate.finish - estimate.start)
+            assert self._pending is not None
+        name, _, _, _, clock = self._pending
         p = self._products[name]
         p.clock = clock
         for node in p.place(w.gpus_per_pod, w.pods):
@@ -282,8 +297,10 @@ class QueueSweep(Sweep):
 
     def leave(self) -> None:
         if self._pending is not None:
-            name, popped, _ = self._pending
-            _give_back(self._products[name], popped)
+            name, per, pods, popped, clock = self._pending
+            if popped is not None:
+                _give_back(self._products[name], popped)
+            self._left = (name, per, pods, clock)
         self._pending = None
 
 

@@ -31,6 +31,7 @@ Every pending burstable workload ends with an action or a Skip that says why, in
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from operator import itemgetter
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
@@ -64,6 +65,14 @@ REUSABLE_STATES = frozenset({"requested", "creating", "ready"})
 # pool launched while a sixth was still being deleted, with maxPools 6).
 UP_STATES = REUSABLE_STATES | {"draining", "deleting"}
 
+# A workload that wants to burst, as a round finds it: (its place in the order placement takes
+# them, the workload, (its policy, on-prem estimate, trigger, worth)).
+_Wanting = tuple[
+    tuple[bool, tuple[datetime, datetime, str]],
+    Workload,
+    tuple[BurstPolicy, Estimate, "str | Words", Money | None],
+]
+
 
 class _Planner:
     def __init__(
@@ -81,14 +90,23 @@ class _Planner:
         self.placement: Placement  # made in run(), once the pools it deletes are known
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
+        self._claims: dict[tuple[str, tuple[tuple[str, str], ...]], BurstPolicy | None] = {}
 
     # -- matching --
 
     def policy_for(self, w: Workload) -> BurstPolicy | None:
-        for p in self.policies:
-            if selector_matches(p.spec.selector, w.namespace, w.labels):
-                return p
-        return None
+        # Asked for every waiting workload on every plan; most share their namespace and labels.
+        key = (w.namespace, tuple(w.labels.items()))
+        if key not in self._claims:
+            self._claims[key] = next(
+                (
+                    p
+                    for p in self.policies
+                    if selector_matches(p.spec.selector, w.namespace, w.labels)
+                ),
+                None,
+            )
+        return self._claims[key]
 
     def fastest_launch(self, policy: BurstPolicy) -> timedelta | None:
         launches = [
@@ -257,7 +275,9 @@ class _Planner:
                 break
             queue = [w for w in pending if w.uid not in placed]
             sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
-            wants: list[Want] = []
+            # Wanting workloads, each with its place in the order they are placed in. Their Want is
+            # made when they are placed: most of a long queue is refused for room unpriced.
+            wants: list[_Wanting] = []
             for w in pending[:walk]:
                 est = sweep.estimate(w, runtimes[w.uid])
                 policy = self.policy_of.get(w.uid)
@@ -281,17 +301,19 @@ class _Planner:
                         )
                     continue
                 sweep.leave()
-                wants.append(Want(w, policy, runtimes[w.uid], est, why, w.deadline, worth))
+                order = (worth is not None, urgency(w, runtimes[w.uid], self.now))
+                wants.append((order, w, (policy, est, why, worth)))
             if not wants:
                 break
             refused = False
             # Those only the time they save sends come last: they must not take the room or the
             # budget a deadline needs.
-            for want in sorted(
-                wants, key=lambda want: (want.worth is not None, urgency(want, self.now))
-            ):
-                refusal = self.placement.place(want)
-                w = want.w
+            wants.sort(key=itemgetter(0))
+            for _, w, (policy, est, why, worth) in wants:
+                refusal = self.placement.no_room.refusal(self.placement, w, policy)
+                if refusal is None:
+                    want = Want(w, policy, runtimes[w.uid], est, why, w.deadline, worth)
+                    refusal = self.placement.place(want)
                 if refusal is None:
                     placed.add(w.uid)
                     self.skips.pop(w.uid, None)
@@ -303,8 +325,8 @@ class _Planner:
                             w.uid,
                             w.namespace,
                             w.name,
-                            f"{want.trigger}, but {refusal}",
-                            onprem_finish=want.onprem.finish,
+                            f"{why}, but {refusal}",
+                            onprem_finish=est.finish,
                         )
             if not refused:
                 break  # the next round would see the same queue: those placed leave it either way

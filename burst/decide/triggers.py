@@ -134,11 +134,11 @@ def time_saved(
     return why, worth
 
 
-def urgency(want: Want, now: datetime) -> tuple[datetime, datetime, str]:
+def urgency(w: Workload, runtime: timedelta, now: datetime) -> tuple[datetime, datetime, str]:
     """Placement order: the latest start that still meets the deadline, earliest first."""
-    if want.w.deadline is None:
-        return (datetime.max.replace(tzinfo=now.tzinfo), want.w.pending_since, want.w.uid)
-    return (want.w.deadline - want.runtime, want.w.created, want.w.uid)
+    if w.deadline is None:
+        return (datetime.max.replace(tzinfo=now.tzinfo), w.pending_since, w.uid)
+    return (w.deadline - runtime, w.created, w.uid)
 
 
 def spot_allowed(

@@ -3,6 +3,7 @@ BestEffortFIFO queueing, on the cluster's nodes (a pod's GPUs on one node)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -262,6 +263,24 @@ def test_every_estimate_is_a_schedule_the_cluster_can_run(scenario, queueing) ->
         releases = {NOW} | {max(r.expected_end, NOW) for r in onprem.running}
         releases |= {est[w.uid].finish for w in stays}
         assert all(start in releases for start in starts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(queues(), st.integers(1, 3))
+def test_a_strict_estimate_is_that_of_the_queue_without_those_that_left_ahead(
+    scenario, shapes
+) -> None:
+    """Walking the queue, each workload's estimate equals a fresh estimate of the queue of those
+    ahead of it that stayed, then it: those that left are as if never queued. (The sweep reuses
+    the start of the last that left for the next of its shape; most leaving workloads share a
+    few shapes, as here.)"""
+    onprem, pending, runtimes, leaving = scenario
+    pending = [replace(w, gpus_per_pod=1 + w.gpus_per_pod % shapes, pods=1) for w in pending]
+    est = estimate_all(onprem, pending, runtimes, NOW, leaving)
+    for i, w in enumerate(pending):
+        ahead = [x for x in pending[:i] if x.uid not in leaving]
+        alone = estimate_all(onprem, [*ahead, w], runtimes, NOW)
+        assert est[w.uid] == alone[w.uid], w
 
 
 @settings(max_examples=200, deadline=None)
