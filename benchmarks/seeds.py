@@ -5,7 +5,7 @@ with `--optimum N` each policy's cost against the windowed optimum too.
     python benchmarks/seeds.py [--traces openb,philly] [--seeds 1-5] [--clouds realistic,ideal]
         [--runtimes exact,noisy,learned] [--optimum 200] [--workers 2] [--wait-price 1.6]
         [--queueing BestEffortFIFO] [--margin measured|measured-share|30m|25%]
-        [--wait-per-gpu-hour 64s] [--max-spot-delay 2m]
+        [--wait-per-gpu-hour 64s] [--max-spot-delay 2m] [--deadline-runtime-share 0.5]
 
 A row: cost, missed deadlines and mean completion time of burst, compute-wait, constant-wait and
 no-wait, then whether burst was cheaper than each at no more misses and no later mean completion
@@ -102,10 +102,20 @@ def main() -> None:
     )
     parser.add_argument("--wait-per-gpu-hour", default="", help="burst's trigger.waitPerGpuHour")
     parser.add_argument("--max-spot-delay", default="", help="burst's placement.maxSpotDelay")
+    parser.add_argument(
+        "--deadline-runtime-share", default="", help="burst's trigger.deadlineRuntimeShare"
+    )
     args = parser.parse_args()
     knobs = [
         f"--{name.replace('_', '-')}={value}"
-        for name in ("wait_price", "queueing", "margin", "wait_per_gpu_hour", "max_spot_delay")
+        for name in (
+            "wait_price",
+            "queueing",
+            "margin",
+            "wait_per_gpu_hour",
+            "max_spot_delay",
+            "deadline_runtime_share",
+        )
         if (value := getattr(args, name))
     ]
     head = ["trace", "clouds", "runtimes", "seed", "burst margin"]

@@ -100,6 +100,16 @@ def simulate_cmd(
             "e.g. 5m (the policy's placement.maxSpotDelay, instead of the configuration's).",
         ),
     ] = None,
+    deadline_runtime_share: Annotated[
+        float | None,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="The share of each runtime told that burst's deadline trigger counts, e.g. 0.5 "
+            "(its trigger.deadlineRuntimeShare, instead of the configuration's): below 1, a job "
+            "bursts for its deadline only when a run that much shorter would still miss it.",
+        ),
+    ] = None,
     queueing: Annotated[
         Literal["StrictFIFO", "BestEffortFIFO"] | None,
         typer.Option(
@@ -163,6 +173,8 @@ def simulate_cmd(
         if max_spot_delay is not None:
             delay = _duration("--max-spot-delay", max_spot_delay)
             cfg = variants.with_placement(cfg, name, max_spot_delay=delay)
+        if deadline_runtime_share is not None:
+            cfg = variants.with_trigger(cfg, name, deadline_runtime_share=deadline_runtime_share)
         if queueing is not None:
             cfg = variants.with_queueing(cfg, queueing)
         if margin is not None and margin not in variants.MEASURED:

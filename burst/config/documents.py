@@ -378,6 +378,12 @@ class Trigger(Strict):
     # proportion to the run (a p80 estimate of a run of hours misses by tens of minutes, one of
     # minutes by seconds). 0.25: a run of 4 h has an hour more.
     deadline_safety_share: float = Field(default=0.0, ge=0, le=10)
+    # The share of the expected runtime the deadline trigger counts: 1 trusts the estimate; 0.5
+    # bursts a workload for its deadline only when a run half as long would still miss it
+    # on-prem. For runtimes that are guesses, as often twice too long as half too short, a
+    # deadline that the guess alone puts at risk is mostly met (the share nine runs in ten
+    # exceed). The margin above is added as before.
+    deadline_runtime_share: float = Field(default=1.0, gt=0, le=1)
     max_pending_wait: Duration | None = None
     quota_exhausted: bool = False
     # What finishing an hour sooner is worth per GPU, in the policy's currency: a workload that

@@ -57,8 +57,11 @@ def trigger(
     margin = t.deadline_safety_margin
     if w.deadline is not None and est.finish is not None:
         margin = safety_margin(t, est.finish - est.start)
-        if est.finish > w.deadline - margin:
-            return Words(_at_risk, est.finish, w.deadline, margin, now), ""
+        finish = est.finish
+        if t.deadline_runtime_share < 1:  # the run counted shorter: at risk only if it still misses
+            finish = est.start + (est.finish - est.start) * t.deadline_runtime_share
+        if finish > w.deadline - margin:
+            return Words(_at_risk, finish, w.deadline, margin, now, t.deadline_runtime_share), ""
     waited = now - w.pending_since
     if t.max_pending_wait is not None and waited >= t.max_pending_wait:
         return Words(_waited, waited, t.max_pending_wait), ""
@@ -87,9 +90,12 @@ def trigger(
     return None, why
 
 
-def _at_risk(finish: datetime, deadline: datetime, margin: timedelta, now: datetime) -> str:
+def _at_risk(
+    finish: datetime, deadline: datetime, margin: timedelta, now: datetime, share: float
+) -> str:
+    run = "" if share == 1 else f" of a run {share:.0%} as long as expected"
     return (
-        f"deadline at risk: est. on-prem finish {at(finish, now)} > "
+        f"deadline at risk: est. on-prem finish{run} {at(finish, now)} > "
         f"{at(deadline, now)} - {format_duration(margin)} margin"
     )
 

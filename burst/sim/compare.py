@@ -55,6 +55,7 @@ class Comparison:
     windows: list[windows.Window] = field(default_factory=list)  # the windowed optimum
     margin: timedelta = timedelta(0)  # burst's deadline safety margin: fixed
     margin_share: float = 0.0  # and its share of each runtime
+    runtime_share: float = 1.0  # the share of each runtime its deadline trigger counts
 
 
 def cheapest_gpu_second(
@@ -182,6 +183,7 @@ def compare(
         lower_bound(jobs, sum(onprem.values()), config, policy, catalog),
         margin=policy.spec.trigger.deadline_safety_margin,
         margin_share=policy.spec.trigger.deadline_safety_share,
+        runtime_share=policy.spec.trigger.deadline_runtime_share,
     )
     chosen = policies(config, policy, catalog, jobs, include_baselines=include_baselines)
     replays = [_Replay(p.name, p, config, ("outcome",)) for p in chosen]
@@ -283,6 +285,7 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
         "currency": result.currency,
         "burst_margin_s": int(result.margin.total_seconds()),
         "burst_margin_share": result.margin_share,
+        "burst_deadline_runtime_share": result.runtime_share,
         "lower_bound": {
             "cost": float(bound_cost),
             "cloud_gpu_hours": round(result.bound.cloud_work / 3600, 1),

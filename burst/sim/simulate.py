@@ -235,6 +235,9 @@ class Burst:
         self.share = max(
             (p.spec.trigger.deadline_safety_share for p in config.policies.values()), default=0.0
         )
+        self.counted = max(
+            (p.spec.trigger.deadline_runtime_share for p in config.policies.values()), default=1.0
+        )
         self.per_gpu_hour = min(
             (
                 p.spec.trigger.wait_per_gpu_hour.total_seconds() / 3600
@@ -248,8 +251,9 @@ class Burst:
         """The service plans every pass; here, a decision is due when nothing else happens by the
         time a job still queued must burst: past the maximum wait or its wait per GPU-hour, or at
         the last moment its deadline trigger can fire (its deadline less the margin and its
-        runtime). Without it, a quiet hour let such a job miss its deadline on-prem."""
-        wakes = [job.deadline - self.margin - runtime * (1 + self.share)]
+        runtime, or the share of it the trigger counts). Without it, a quiet hour let such a job
+        miss its deadline on-prem."""
+        wakes = [job.deadline - self.margin - runtime * (self.counted + self.share)]
         if self.max_wait is not None:
             wakes.append(job.submit + self.max_wait.total_seconds())
         if self.per_gpu_hour is not None:

@@ -152,3 +152,16 @@ def test_a_margin_from_the_command_line_or_measured_on_a_replay() -> None:
     assert "% of each runtime, measured on a replay of burst with --runtimes noisy" in done.stderr
     done = simulate(*base, "--margin", "soon")
     assert done.returncode == 1 and "--margin: " in done.stderr, done.stderr
+
+
+def test_a_deadline_runtime_share_from_the_command_line() -> None:
+    """--deadline-runtime-share sets the share of each runtime told that burst's deadline
+    trigger counts: the replay reports it and decides differently with noisy guesses; a share
+    out of range is refused before any replay."""
+    base = ("--trace", "openb", "-c", CONFIG, "--format", "json", "--runtimes", "noisy")
+    whole = json.loads(simulate(*base).stdout)
+    half = json.loads(simulate(*base, "--deadline-runtime-share", "0.5").stdout)
+    assert (whole["burst_deadline_runtime_share"], half["burst_deadline_runtime_share"]) == (1, 0.5)
+    assert half["policies"][0]["cost"] != whole["policies"][0]["cost"]
+    done = simulate(*base, "--deadline-runtime-share", "0")
+    assert done.returncode == 2 and "--deadline-runtime-share" in done.stderr

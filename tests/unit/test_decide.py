@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -700,3 +700,36 @@ def test_a_margin_in_proportion_to_the_runtime_widens_it_for_long_runs() -> None
     assert skip_reason(plan(0.25), "w1") == met
     (d,) = dispatches(plan(0.5)).values()
     assert "deadline at risk: est. on-prem finish 14:00 > 15:00 - 1h30m margin" in d.reason
+
+
+def test_a_deadline_counted_on_part_of_the_runtime_bursts_only_when_that_shorter_run_misses() -> (
+    None
+):
+    """A run of 2 h estimated to start at 12:00: at risk for a deadline of 13:30 (30m margin) if
+    the whole 2 h is counted; with half of it counted (a run as often half as long as guessed),
+    only when 13:00 is past the deadline less the margin."""
+
+    def plan(share: float, deadline: datetime) -> Plan:
+        trigger = {"deadlineSafetyMargin": "30m", "deadlineRuntimeShare": share}
+        cfg = make_config(("ml", policy_spec(trigger=trigger)))
+        snap = Snapshot(NOW, (workload(deadline=deadline),), BUSY_V100, ())
+        return decide.plan(snap, CATALOG, cfg, NOW)
+
+    half_past_one = NOW + 4 * H + timedelta(minutes=30)
+    (d,) = dispatches(plan(1.0, half_past_one)).values()
+    assert "deadline at risk: est. on-prem finish 14:00 > 13:30 - 30m margin" in d.reason
+    assert skip_reason(plan(0.5, half_past_one), "w1").startswith("deadline met on-prem")
+    (d,) = dispatches(plan(0.5, half_past_one - timedelta(minutes=10))).values()
+    assert (
+        "deadline at risk: est. on-prem finish of a run 50% as long as expected 13:00 > "
+        "13:20 - 30m margin"
+    ) in d.reason
+
+
+def test_a_deadline_runtime_share_is_a_share_above_0_and_at_most_1() -> None:
+    cfg = make_config(("ml", policy_spec(trigger={"deadlineRuntimeShare": 0.5})))
+    assert cfg.policies["ml"].spec.trigger.deadline_runtime_share == 0.5
+    for share in (0, 1.5):
+        trigger = {"deadlineRuntimeShare": share}
+        with pytest.raises(ValueError, match="deadlineRuntimeShare"):
+            make_config(("ml", policy_spec(trigger=trigger)))
