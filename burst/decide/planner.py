@@ -98,14 +98,7 @@ class _Planner:
         # Asked for every waiting workload on every plan; most share their namespace and labels.
         key = (w.namespace, tuple(w.labels.items()))
         if key not in self._claims:
-            self._claims[key] = next(
-                (
-                    p
-                    for p in self.policies
-                    if selector_matches(p.spec.selector, w.namespace, w.labels)
-                ),
-                None,
-            )
+            self._claims[key] = claimant(self.policies, w)
         return self._claims[key]
 
     def fastest_launch(self, policy: BurstPolicy) -> timedelta | None:
@@ -340,6 +333,14 @@ class _Planner:
             if self.explain
             else (),
         )
+
+
+def claimant(policies: list[BurstPolicy], w: Workload) -> BurstPolicy | None:
+    """The first policy whose selector claims the workload."""
+    for p in policies:
+        if selector_matches(p.spec.selector, w.namespace, w.labels):
+            return p
+    return None
 
 
 def walk_length(

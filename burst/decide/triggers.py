@@ -54,13 +54,12 @@ def trigger(
                 "",
             )
         return (f"on-prem cannot run it: needs {w.gpus} {product}, on-prem has {have}", "")
-    margin = t.deadline_safety_margin
+    margin, finish = t.deadline_safety_margin, est.finish
     if w.deadline is not None and est.finish is not None:
         margin = safety_margin(t, est.finish - est.start)
-        finish = est.finish
         if t.deadline_runtime_share < 1:  # the run counted shorter: at risk only if it still misses
             finish = est.start + (est.finish - est.start) * t.deadline_runtime_share
-        if finish > w.deadline - margin:
+        if finish is not None and finish > w.deadline - margin:
             return Words(_at_risk, finish, w.deadline, margin, now, t.deadline_runtime_share), ""
     waited = now - w.pending_since
     if t.max_pending_wait is not None and waited >= t.max_pending_wait:
@@ -75,8 +74,8 @@ def trigger(
         return None, ""
     if w.deadline is not None:
         why = (
-            f"deadline met on-prem: est. finish {at(est.finish, now)} <= "
-            f"{at(w.deadline, now)} - {format_duration(margin)} margin"
+            f"deadline met on-prem: est. finish{_counted(t.deadline_runtime_share)} "
+            f"{at(finish, now)} <= {at(w.deadline, now)} - {format_duration(margin)} margin"
         )
     else:
         why = f"no deadline; est. on-prem start {at(est.start, now)}"
@@ -93,11 +92,14 @@ def trigger(
 def _at_risk(
     finish: datetime, deadline: datetime, margin: timedelta, now: datetime, share: float
 ) -> str:
-    run = "" if share == 1 else f" of a run {share:.0%} as long as expected"
     return (
-        f"deadline at risk: est. on-prem finish{run} {at(finish, now)} > "
+        f"deadline at risk: est. on-prem finish{_counted(share)} {at(finish, now)} > "
         f"{at(deadline, now)} - {format_duration(margin)} margin"
     )
+
+
+def _counted(share: float) -> str:
+    return "" if share == 1 else f" of a run {share:.0%} as long as expected"
 
 
 def _waited(waited: timedelta, most: timedelta, per_gpu_hour: timedelta | None = None) -> str:

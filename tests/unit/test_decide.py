@@ -718,7 +718,10 @@ def test_a_deadline_counted_on_part_of_the_runtime_bursts_only_when_that_shorter
     half_past_one = NOW + 4 * H + timedelta(minutes=30)
     (d,) = dispatches(plan(1.0, half_past_one)).values()
     assert "deadline at risk: est. on-prem finish 14:00 > 13:30 - 30m margin" in d.reason
-    assert skip_reason(plan(0.5, half_past_one), "w1").startswith("deadline met on-prem")
+    assert skip_reason(plan(0.5, half_past_one), "w1") == (
+        "deadline met on-prem: est. finish of a run 50% as long as expected 13:00 <= 13:30 - "
+        "30m margin"
+    )
     (d,) = dispatches(plan(0.5, half_past_one - timedelta(minutes=10))).values()
     assert (
         "deadline at risk: est. on-prem finish of a run 50% as long as expected 13:00 > "
