@@ -274,6 +274,7 @@ def summary(result: Comparison, config: Config) -> dict[str, Any]:
             "decisions": o.decisions,
             "runtime_overrun_p90_s": o.overrun_p90_s,
             "runtime_overrun_share_p90": o.overrun_share_p90,
+            "runtime_share_p10": o.runtime_share_p10,
         }
 
     out: dict[str, Any] = {

@@ -191,6 +191,7 @@ class World(Views):
             job_usd_micros=dict(self.job_usage),
             overrun_p90_s=self._overrun_p90(lambda told: 1),
             overrun_share_p90=self._overrun_p90(lambda told: told),
+            runtime_share_p10=self._runtime_share_p10(),
         )
 
     def _overrun_p90(self, per: Callable[[int], int]) -> float | None:
@@ -202,6 +203,13 @@ class World(Views):
             if told is not None
         ]
         return _quantile(overruns, 0.9) if overruns else None
+
+    def _runtime_share_p10(self) -> float | None:
+        """The 10th percentile of how long the jobs told a runtime ran, as a share of it."""
+        shares = [
+            self.jobs[i].spec.duration / told for i, told in self.told.items() if told is not None
+        ]
+        return _quantile(shares, 0.1) if shares else None
 
 
 def _quantile(values: list[float], q: float) -> float:

@@ -143,6 +143,8 @@ class Outcome:
     # told one, of how much longer each ran (0 for those that ran no longer); None: none was told.
     overrun_p90_s: float | None = None
     overrun_share_p90: float | None = None  # the same, each as a share of the runtime told
+    # The share of its runtime told that nine jobs in ten ran at least (the 10th percentile).
+    runtime_share_p10: float | None = None
 
 
 def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:

@@ -71,6 +71,30 @@ def measured_share(outcome: Outcome) -> float | None:
     return math.ceil(round(outcome.overrun_share_p90 * 100, 6)) / 100
 
 
+def measured_runtime_share(outcome: Outcome) -> float | None:
+    """The share of each runtime told that nine runs in ten reach, as a replay measured it (to
+    the hundredth below, at most 1): what the deadline trigger may count of a runtime told and
+    still burst only for deadlines a run that long would miss. None when no job was told a
+    runtime."""
+    if outcome.runtime_share_p10 is None:
+        return None
+    return min(1.0, max(0.01, math.floor(round(outcome.runtime_share_p10 * 100, 6)) / 100))
+
+
+def parse_runtime_share(text: str) -> float:
+    """`--deadline-runtime-share`: a share above 0 and at most 1."""
+    try:
+        share = float(text)
+    except ValueError:
+        share = -1.0
+    if not 0 < share <= 1:
+        raise ValueError(
+            f"--deadline-runtime-share: {text!r} is not a share above 0 and at most 1, "
+            "nor 'measured'"
+        )
+    return share
+
+
 def parse_margin(text: str) -> tuple[timedelta, float]:
     """`--margin`: a duration (30m) or a share of each workload's runtime (25%), as (fixed part,
     share)."""

@@ -154,14 +154,21 @@ def test_a_margin_from_the_command_line_or_measured_on_a_replay() -> None:
     assert done.returncode == 1 and "--margin: " in done.stderr, done.stderr
 
 
-def test_a_deadline_runtime_share_from_the_command_line() -> None:
+def test_a_deadline_runtime_share_from_the_command_line_or_measured_on_a_replay() -> None:
     """--deadline-runtime-share sets the share of each runtime told that burst's deadline
-    trigger counts: the replay reports it and decides differently with noisy guesses; a share
-    out of range is refused before any replay."""
+    trigger counts: the replay reports it and decides differently with noisy guesses;
+    'measured' takes the share nine runs in ten reached on a first replay (noisy guesses: about
+    e^(-1.28 x 0.5)); a share out of range is named before any replay."""
     base = ("--trace", "openb", "-c", CONFIG, "--format", "json", "--runtimes", "noisy")
     whole = json.loads(simulate(*base).stdout)
     half = json.loads(simulate(*base, "--deadline-runtime-share", "0.5").stdout)
     assert (whole["burst_deadline_runtime_share"], half["burst_deadline_runtime_share"]) == (1, 0.5)
     assert half["policies"][0]["cost"] != whole["policies"][0]["cost"]
+    done = simulate(*base, "--deadline-runtime-share", "measured")
+    assert done.returncode == 0, done.stderr[-2000:]
+    counted = json.loads(done.stdout)["burst_deadline_runtime_share"]
+    told = whole["policies"][0]["runtime_share_p10"]
+    assert told - 0.01 < counted <= told and 0.4 < counted < 0.7, (counted, told)
+    assert "deadline runtime share: " in done.stderr and "--runtimes noisy" in done.stderr
     done = simulate(*base, "--deadline-runtime-share", "0")
-    assert done.returncode == 2 and "--deadline-runtime-share" in done.stderr
+    assert done.returncode == 1 and "--deadline-runtime-share: '0' is not a share" in done.stderr
