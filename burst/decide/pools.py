@@ -82,20 +82,15 @@ class OpenPool:
         self._refresh(self.free + [self.offer.gpus] * nodes)
 
     def place(self, w: Workload, finish: datetime) -> None:
-        placed = first_fit(self.free, w.gpus_per_pod, w.pods)
-        assert placed is not None
+        nodes = first_fit(self.free, w.gpus_per_pod, w.pods)
+        assert nodes is not None
         self.used = True
-        for k in self._taken(placed) if self.busy else ():
+        for k in dict.fromkeys(nodes) if self.busy else ():
             self.busy[k] = max(finish, self.busy[k] or finish)
-        self._refresh(placed)
-
-    def _taken(self, placed: list[int]) -> list[int]:
-        """The nodes a placement leaving `placed` free takes GPUs of."""
-        return [
-            k
-            for k, (before, after) in enumerate(zip(self.free, placed, strict=True))
-            if after < before
-        ]
+        left = list(self.free)
+        for k in nodes:
+            left[k] -= w.gpus_per_pod
+        self._refresh(left)
 
     def node_time_added(self, w: Workload, start: datetime, finish: datetime) -> timedelta | None:
         """The node time `w` adds, placed now, starting at `start` and ending at `finish`: on each
@@ -103,10 +98,10 @@ class OpenPool:
         the pool's work is not known."""
         if not self.busy:
             return None
-        placed = first_fit(self.free, w.gpus_per_pod, w.pods)
-        assert placed is not None
+        nodes = first_fit(self.free, w.gpus_per_pod, w.pods)
+        assert nodes is not None
         added = timedelta(0)
-        for k in self._taken(placed):
+        for k in dict.fromkeys(nodes):
             added += max(timedelta(0), finish - max(start, self.busy[k] or start))
         return added
 
@@ -377,15 +372,18 @@ class EligiblePools:
 
 
 def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
-    left = list(free)
+    """The node of each pod, first fit, or None when they do not all fit (a pool's few nodes; the
+    on-prem estimate's hundreds have onprem.Nodes)."""
+    left, out = list(free), []
     for _ in range(pods):
-        for i, f in enumerate(left):
+        for k, f in enumerate(left):
             if f >= per_pod:
-                left[i] = f - per_pod
+                left[k] -= per_pod
+                out.append(k)
                 break
         else:
             return None
-    return left
+    return out
 
 
 def pool_name(c: Candidate, taken: Iterable[str]) -> str:

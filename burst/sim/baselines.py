@@ -38,9 +38,10 @@ from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config
 from burst.decide import allowed_accelerators
+from burst.decide.pools import first_fit
 from burst.model import Action, CreatePool, DeletePool, Dispatch, Offer, OfferKey, ResizePool
 from burst.sim.simulate import World, job_cap_usd_micros, price_cap_usd_micros, target_regions
-from burst.sim.state import first_fit, runtime_told
+from burst.sim.state import runtime_told
 from burst.sim.trace import SimJob
 
 DEFAULT_WAIT = timedelta(minutes=30)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from burst.decide.pools import first_fit
 from burst.model import CreatePool
 from burst.money.meter import BILLING
 from burst.sim.queue import OnPremQueue
-from burst.sim.state import Node, Pool, first_fit
+from burst.sim.state import Node, Pool
 
 
 class CloudPools(OnPremQueue):

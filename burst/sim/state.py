@@ -147,20 +147,6 @@ class Outcome:
     runtime_share_p10: float | None = None
 
 
-def first_fit(free: list[int], per_pod: int, pods: int) -> list[int] | None:
-    """The node of each pod, first fit, or None when they do not all fit."""
-    left, out = list(free), []
-    for _ in range(pods):
-        for k, f in enumerate(left):
-            if f >= per_pod:
-                left[k] -= per_pod
-                out.append(k)
-                break
-        else:
-            return None
-    return out
-
-
 def usd_rate(config: Config, currency: str) -> Decimal:
     """Units of `currency` per USD (catalog prices are USD)."""
     assert config.service is not None

@@ -17,9 +17,10 @@ from datetime import timedelta
 from typing import cast
 
 from burst.amounts import Money
+from burst.decide.pools import first_fit
 from burst.model import PoolView, Workload
 from burst.sim.clouds import CloudPools
-from burst.sim.state import Pool, WorldState, first_fit, runtime_told, told_runtime
+from burst.sim.state import Pool, WorldState, runtime_told, told_runtime
 
 
 def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> PoolView:
