@@ -189,27 +189,21 @@ class World(Views):
             interruptions=self.interruptions,
             decisions=self.decisions,
             job_usd_micros=dict(self.job_usage),
-            overrun_p90_s=self._overrun_p90(lambda told: 1),
-            overrun_share_p90=self._overrun_p90(lambda told: told),
-            runtime_share_p10=self._runtime_share_p10(),
+            # how much longer than told, in seconds and as a share; how long, as a share
+            overrun_p90_s=self._against_told(lambda ran, told: float(max(0, ran - told)), 0.9),
+            overrun_share_p90=self._against_told(lambda ran, told: max(0, ran - told) / told, 0.9),
+            runtime_share_p10=self._against_told(lambda ran, told: ran / told, 0.1),
         )
 
-    def _overrun_p90(self, per: Callable[[int], int]) -> float | None:
-        """The 90th percentile of how much longer the jobs told a runtime ran, each divided by
-        `per` of what it was told (1: in seconds; the runtime told: as a share of it)."""
-        overruns = [
-            max(0, self.jobs[i].spec.duration - told) / per(told)
+    def _against_told(self, measure: Callable[[int, int], float], q: float) -> float | None:
+        """The q-quantile, over the jobs told a runtime, of `measure`(how long each ran, what it
+        was told); None when none was told one."""
+        values = [
+            measure(self.jobs[i].spec.duration, told)
             for i, told in self.told.items()
             if told is not None
         ]
-        return _quantile(overruns, 0.9) if overruns else None
-
-    def _runtime_share_p10(self) -> float | None:
-        """The 10th percentile of how long the jobs told a runtime ran, as a share of it."""
-        shares = [
-            self.jobs[i].spec.duration / told for i, told in self.told.items() if told is not None
-        ]
-        return _quantile(shares, 0.1) if shares else None
+        return _quantile(values, q) if values else None
 
 
 def _quantile(values: list[float], q: float) -> float:
