@@ -249,19 +249,21 @@ class QueueSweep(Sweep):
         super().__init__(onprem)
         self._products = products(onprem, now)
         self._pending: _Taken | None = None
-        # The start of the last estimate that left, by its product and pod shape: leave() puts
-        # the nodes back as they were, so the next of that shape starts then too, until one stays.
-        # A replay's queue holds thousands of 1-GPU workloads that all want to leave.
-        self._left: tuple[str, int, int, datetime] | None = None
+        # The start of each estimate that left since the last that stayed, by its product and pod
+        # shape: leave() puts the nodes back as they were, so the next of that shape starts then
+        # too, until one stays. A replay's queue holds thousands that all want to leave, of a few
+        # shapes.
+        self._left: dict[tuple[str | None, int, int], datetime] = {}
 
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
         """Takes releases, in time order, until the pods fit (undone by leave())."""
         name = self.product_of(w)
         per, pods = w.gpus_per_pod, w.pods
-        left = self._left
-        if left is not None and left[0] == name and left[1] == per and left[2] == pods:
-            self._pending = (left[0], per, pods, None, left[3])
-            return Estimate(name, left[3], left[3] + runtime)
+        left = self._left.get((name, per, pods))
+        if left is not None:
+            assert name is not None
+            self._pending = (name, per, pods, None, left)
+            return Estimate(name, left, left + runtime)
         p = self._products.get(name) if name else None
         if p is None or not p.could_fit(per, pods):
             self._pending = None
@@ -284,7 +286,7 @@ class QueueSweep(Sweep):
     def stay(self, w: Workload, estimate: Estimate) -> None:
         if self._pending is None or estimate.start is None or estimate.finish is None:
             return
-        self._left = None  # the nodes change
+        self._left.clear()  # the nodes change
         if self._pending[3] is None:  # estimated from the last that left: take the releases
             self.estimate(w, estimate.finish - estimate.start)
             assert self._pending is not None
@@ -300,7 +302,7 @@ class QueueSweep(Sweep):
             name, per, pods, popped, clock = self._pending
             if popped is not None:
                 _give_back(self._products[name], popped)
-            self._left = (name, per, pods, clock)
+            self._left[(name, per, pods)] = clock
         self._pending = None
 
 

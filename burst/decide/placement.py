@@ -401,6 +401,7 @@ class NoRoom:
 
     def __init__(self) -> None:
         self._known: dict[tuple[str, int, int], str | None] = {}
+        self._full: dict[str, bool] = {}
 
     def refusal(self, placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
         key = (policy.metadata.name, w.gpus_per_pod, w.pods)
@@ -408,9 +409,24 @@ class NoRoom:
             self._known[key] = _no_room(placement, w, policy)
         return self._known[key]
 
+    def full(self, placement: Placement, policy: BurstPolicy) -> bool:
+        """Whether the policy has no room for any workload: at its pool limit, no GPU free on any
+        of its pools and none that may grow. While every policy is full a plan places nothing
+        and need not look at the rest of the queue (most plans of a Philly replay with config/)."""
+        name = policy.metadata.name
+        if name not in self._full:
+            limits = policy.spec.limits
+            self._full[name] = placement.pools_of_policy[name] >= limits.max_pools and all(
+                pool.free_max == 0 and (pool.unavailable or pool.nodes >= limits.max_nodes_per_pool)
+                for pool in placement.policy_pools[name].opened
+            )
+        return self._full[name]
+
     def clear(self) -> None:
         if self._known:
             self._known = {}
+        if self._full:
+            self._full = {}
 
 
 def _no_room(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:

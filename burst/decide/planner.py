@@ -4,7 +4,8 @@
 the same Plan. The reconcile loop (service/loop.py) feeds it a Snapshot built by kube/watch.py and the
 ledger, and carries the Plan out through cloud/provision.py and kube/replicate.py; `burst plan` and
 the simulator call it the same way. This module runs the rounds; each step has its own module:
-triggers.py (1), placement.py with candidates.py, pools.py and reuse.py (2), caps.py (3).
+existing.py (the pools there are), triggers.py (1), placement.py with candidates.py, pools.py and
+reuse.py (2), caps.py (3).
 
 How it decides, in order:
 1. The on-prem queue is simulated forward (onprem.py) in priority order. A burstable workload that
@@ -30,26 +31,25 @@ Every pending burstable workload ends with an action or a Skip that says why, in
 
 from __future__ import annotations
 
+import heapq
 from datetime import datetime, timedelta
-from operator import itemgetter
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config, selector_matches
 from burst.decide.candidates import Candidates, allowed_accelerators, expected_run
 from burst.decide.caps import Budgets, Caps, PlanError, Rates
+from burst.decide.existing import deletions, open_existing
 from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
-from burst.decide.pools import OpenPool, pool_actions
+from burst.decide.pools import pool_actions
 from burst.decide.triggers import Want, time_saved, trigger, urgency
 from burst.decide.wording import Words
-from burst.durations import format_duration
 from burst.model import (
     Action,
     CancelDispatch,
     DeletePool,
     Plan,
-    PoolView,
     Skip,
     Snapshot,
     Workload,
@@ -60,18 +60,16 @@ __all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run
 
 DEFAULT_RUNTIME = timedelta(hours=4)
 MAX_ROUNDS = 4
-REUSABLE_STATES = frozenset({"requested", "creating", "ready"})
-# Pools that count against maxPools: every one the cloud may still run (the soak saw a seventh
-# pool launched while a sixth was still being deleted, with maxPools 6).
-UP_STATES = REUSABLE_STATES | {"draining", "deleting"}
 
 # A workload that wants to burst, as a round finds it: (its place in the order placement takes
-# them, the workload, (its policy, on-prem estimate, trigger, worth)).
+# them, the workload, (its policy, on-prem estimate, trigger, worth)); for one that wants to burst
+# whatever its estimate, no trigger until it is placed.
 _Wanting = tuple[
     tuple[bool, tuple[datetime, datetime, str]],
     Workload,
-    tuple[BurstPolicy, Estimate, "str | Words", Money | None],
+    tuple[BurstPolicy, Estimate, "str | Words | None", Money | None],
 ]
+_SETTLED = "settled"  # what fulls.get gives for a workload placed or refused already
 
 
 class _Planner:
@@ -114,15 +112,6 @@ class _Planner:
 
     # -- existing pools --
 
-    def delete_unwanted_pools(self) -> None:
-        by_name = {p.metadata.name: p for p in self.policies}
-        for pv in sorted(self.snapshot.pools, key=lambda p: p.name):
-            if pv.state in REUSABLE_STATES:
-                why = self._delete_reason(pv, by_name.get(pv.policy))
-                if why:
-                    self.actions.append(DeletePool(pv.name, why))
-                    self.deleted.add(pv.name)
-
     def _placement(self) -> Placement:
         """Where workloads may go: the existing pools that take work, and room for new ones."""
         assert self.config.service is not None
@@ -137,55 +126,11 @@ class _Planner:
             frozenset(self.snapshot.unavailable),
             frozenset(p.name for p in self.snapshot.pools),
         )
-        by_name = {p.metadata.name: p for p in self.policies}
-        for pv in sorted(self.snapshot.pools, key=lambda p: p.name):
-            policy = by_name.get(pv.policy)
-            if pv.state in UP_STATES:  # its nodes run until the cloud has deleted it: it counts
-                placement.pools_of_policy[pv.policy] += 1
-            if pv.state not in REUSABLE_STATES or pv.name in self.deleted:
-                continue
-            if policy and self.now - pv.created >= policy.spec.teardown.max_lifetime:
-                continue  # draining: past its lifetime it takes no new work, and goes once idle
-            target = self.targets.get(pv.target)
-            offer = self.catalog.get(pv.offer)
-            hourly = pv.hourly.micros if pv.hourly else (offer.hourly.micros if offer else None)
-            if target is None or hourly is None or policy is None:
-                continue
-            ready_at = self.now
-            if pv.state != "ready":
-                # A launch past its estimate is in the latency's heavy tail: expect it to take as
-                # long again, not to be ready any second (tight jobs piled onto it would be late).
-                ready_at = pv.created + target.provisioning
-                if ready_at <= self.now:
-                    ready_at = self.now + target.provisioning
-            placement.open(
-                OpenPool(
-                    pv.name,
-                    target,
-                    pv.policy,
-                    pv.offer,
-                    hourly,
-                    pv.free_per_node(),
-                    ready_at,
-                    True,
-                    pv.nodes,
-                    pv.created,
-                    busy=list(pv.busy_until) if len(pv.busy_until) == pv.nodes else [],
-                )
-            )
+        pools, policies = self.snapshot.pools, self.config.policies
+        open_existing(
+            placement, pools, policies, self.targets, self.catalog, self.deleted, self.now
+        )
         return placement
-
-    def _delete_reason(self, pv: PoolView, policy: BurstPolicy | None) -> str | None:
-        if policy is None:
-            return f"policy {pv.policy} no longer exists" if pv.idle_since else None
-        lifetime = policy.spec.teardown.max_lifetime
-        if self.now - pv.created >= lifetime and pv.idle_since is not None:
-            return f"max lifetime {format_duration(lifetime)} reached, and nothing runs on it"
-        ttl = policy.spec.teardown.idle_ttl
-        if pv.idle_since is not None and self.now - pv.idle_since >= ttl:
-            idle = format_duration(self.now - pv.idle_since)
-            return f"idle {idle} >= idle TTL {format_duration(ttl)}"
-        return None
 
     def _why(
         self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
@@ -217,6 +162,19 @@ class _Planner:
             sweep.leave()
         return False
 
+    def _none_fits(self, policies: list[BurstPolicy]) -> bool:
+        """Whether no policy claiming a waiting workload has room for any (never when explaining:
+        every workload's reason is worded then)."""
+        no_room = self.placement.no_room
+        return not self.explain and all(no_room.full(self.placement, p) for p in policies)
+
+    def _wants_anyway(self, w: Workload, policy: BurstPolicy) -> bool:
+        """Whether a trigger sends `w` whatever its on-prem estimate: its wait or its quota."""
+        t = policy.spec.trigger
+        return (
+            t.max_pending_wait is not None and self.now - w.pending_since >= t.max_pending_wait
+        ) or (w.quota_blocked and t.quota_exhausted)
+
     def _fulls(self, pending: list[Workload], settled: set[str]) -> dict[str, str | None]:
         """Why the placement would refuse each workload that may leave, whatever sends it (None:
         it may be placed): the placement does not change while a round walks the queue."""
@@ -229,7 +187,8 @@ class _Planner:
     # -- the whole plan --
 
     def run(self) -> Plan:
-        self.delete_unwanted_pools()
+        self.actions += deletions(self.snapshot.pools, self.config.policies, self.now)
+        self.deleted = {a.pool for a in self.actions if isinstance(a, DeletePool)}
         self.placement = self._placement()
         pending: list[Workload] = []
         for w in self.snapshot.workloads:
@@ -239,7 +198,6 @@ class _Planner:
                 )
             elif w.phase == "pending":
                 pending.append(w)
-        pending.sort(key=queue_order)
         for w in pending:
             policy = self.policy_for(w) if w.burstable else None
             if policy is not None:
@@ -251,10 +209,19 @@ class _Planner:
                     w.name,
                     f"no BurstPolicy claims namespace {w.namespace} with these labels",
                 )
+        claiming = list({p.metadata.name: p for p in self.policy_of.values()}.values())
+        if self._none_fits(claiming):
+            pending = []  # nothing to place: no queue to walk
+        pending.sort(key=queue_order)
         runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
+        # Under strict FIFO one that leaves changes no estimate but its own, so those that want
+        # to burst whatever it says need none until placed (explained, every reason is worded).
+        lazy = not self.explain and self.queueing == "StrictFIFO"
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
+            if self._none_fits(claiming):
+                break
             if (
                 placed
                 and self.queueing == "BestEffortFIFO"
@@ -272,8 +239,22 @@ class _Planner:
             # made when they are placed: most of a long queue is refused for room unpriced.
             wants: list[_Wanting] = []
             for w in pending[:walk]:
-                est = sweep.estimate(w, runtimes[w.uid])
                 policy = self.policy_of.get(w.uid)
+                if (
+                    lazy
+                    and policy is not None
+                    and fulls.get(w.uid, _SETTLED) is None
+                    and self._wants_anyway(w, policy)
+                ):
+                    # It wants to burst whatever its estimate says, and leaves the queue: its
+                    # trigger is asked only if it is placed (a replay's backlog holds thousands
+                    # so, for one or two placed).
+                    est = sweep.estimate(w, runtimes[w.uid])
+                    sweep.leave()
+                    order = (False, urgency(w, runtimes[w.uid], self.now))
+                    wants.append((order, w, (policy, est, None, None)))
+                    continue
+                est = sweep.estimate(w, runtimes[w.uid])
                 if w.uid in placed:
                     sweep.leave()
                     continue
@@ -300,11 +281,20 @@ class _Planner:
                 break
             refused = False
             # Those only the time they save sends come last: they must not take the room or the
-            # budget a deadline needs.
-            wants.sort(key=itemgetter(0))
-            for _, w, (policy, est, why, worth) in wants:
+            # budget a deadline needs. Taken from a heap: once no policy has room, the rest are
+            # refused unlooked at (thousands, in a replay's backlog, for the one or two placed).
+            heapq.heapify(wants)
+            while wants:
+                if self._none_fits(claiming):
+                    refused = True
+                    stays.update(wanting[1].uid for wanting in wants)
+                    break
+                _, w, (policy, est, why, worth) = heapq.heappop(wants)
                 refusal = self.placement.no_room.refusal(self.placement, w, policy)
                 if refusal is None:
+                    if why is None:  # one that wants to burst whatever its estimate
+                        why, _, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
+                    assert why is not None
                     want = Want(w, policy, runtimes[w.uid], est, why, w.deadline, worth)
                     refusal = self.placement.place(want)
                 if refusal is None:

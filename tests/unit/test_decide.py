@@ -539,6 +539,42 @@ def test_at_the_pool_limit_a_full_sized_pool_with_room_still_takes_work_with_or_
     assert not dispatches(decide.plan(snap, CATALOG, cfg, NOW, skips=False))
 
 
+def test_a_backlog_past_its_wait_trigger_sends_its_most_urgent_into_the_last_room() -> None:
+    """Hundreds wait past the wait trigger and the policy's one pool has a GPU free. A replay's
+    plan (no reasons) leaves those the wait sends unestimated until placed, and refuses the rest
+    unlooked at once no policy has room: it must place the one an explained plan places, the
+    most urgent (least slack), with the same reason."""
+    cfg = make_config(
+        (
+            "ml",
+            policy_spec(
+                trigger={"maxPendingWait": "2h"},
+                placement={"targets": ["aws-euc1"]},
+                limits={"maxPools": 1, "maxNodesPerPool": 1},
+            ),
+        )
+    )
+    backlog = tuple(
+        workload(
+            f"w{i:03}",
+            created=NOW - 3 * H - i * timedelta(minutes=1),
+            pending_since=NOW - 3 * H - i * timedelta(minutes=1),
+            deadline=NOW + (20 + (i * 37) % 200) * H,
+            expected_runtime=H,
+        )
+        for i in range(300)
+    )
+    snap = Snapshot(workloads=backlog, onprem=BUSY_V100, pools=(_pool(free_gpus=(1,)),))
+    explained = decide.plan(snap, CATALOG, cfg, NOW)
+    quiet = decide.plan(snap, CATALOG, cfg, NOW, skips=False)
+    most_urgent = min(backlog, key=lambda w: (w.deadline, w.created))
+    assert list(dispatches(explained)) == [most_urgent.uid]
+    assert quiet.actions == explained.actions
+    assert ">= max wait 2h; reuses pool" in dispatches(quiet)[most_urgent.uid].reason
+    refused = [s for s in explained.skips if "max 1 pools reached" in s.reason]
+    assert len(refused) == len(backlog) - 1
+
+
 def test_a_pool_still_being_deleted_counts_against_max_pools() -> None:
     # Its nodes run until the cloud has deleted it: a new pool beside it would be one too many.
     cfg = make_config(
