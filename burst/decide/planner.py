@@ -233,7 +233,7 @@ class _Planner:
             walk = walk_length(pending, fulls, self.explain, self.queueing)
             if not walk:
                 break
-            queue = [w for w in pending if w.uid not in placed]
+            queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
             sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
@@ -341,10 +341,17 @@ def walk_length(
     behind may take the GPUs one ahead waits for), unless none may leave. `fulls`: why each that
     may leave would be refused whatever sends it (None: it may be placed). A replay's queue under
     spent budgets or full caps holds thousands that none may: it walks none."""
-    may = [i for i, w in enumerate(pending) if w.uid in fulls and (explain or fulls[w.uid] is None)]
-    if not may:
+    last = next(
+        (
+            i
+            for i in range(len(pending) - 1, -1, -1)  # from the back: the last is found first
+            if (uid := pending[i].uid) in fulls and (explain or fulls[uid] is None)
+        ),
+        None,
+    )
+    if last is None:
         return 0
-    return len(pending) if queueing == "BestEffortFIFO" else may[-1] + 1
+    return len(pending) if queueing == "BestEffortFIFO" else last + 1
 
 
 def plan(
