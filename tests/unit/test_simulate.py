@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 from dataclasses import replace
 from datetime import timedelta
@@ -47,6 +48,22 @@ def test_never_is_strict_fifo_on_prem() -> None:
     assert (out.mean_jct_s, out.mean_queue_s, out.deadlines_met) == (120, 45, 1.0)
     assert out.onprem_utilisation == pytest.approx((8 * 100 + 4 * 50) / (8 * 150))
     assert out.cost_usd_micros == 0 and out.pools_created == 0
+
+
+def test_a_replay_collects_garbage_less_often_and_puts_the_collector_back() -> None:
+    """A plan holds thousands of tuples at once: a replay spaces the collector's runs out while
+    it decides (simulate.spaced_collections), and leaves the process as it found it."""
+    seen: list[int] = []
+
+    class Watching(baselines.Never):
+        def decide(self, world: simulate.World) -> list[Action]:
+            seen.append(gc.get_threshold()[0])
+            return list(super().decide(world))
+
+    before = gc.get_threshold()
+    replay(Watching(), [job("a", 0, 100, 8, 1000), job("b", 10, 50, 4, 1000)])
+    assert seen and set(seen) == {simulate.YOUNG_COLLECTION_THRESHOLD}
+    assert gc.get_threshold() == before
 
 
 def test_the_cluster_places_each_pod_on_one_node() -> None:
