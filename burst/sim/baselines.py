@@ -29,6 +29,7 @@ would, so the simulator carries them out the same way.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -88,7 +89,7 @@ class Waiting:
         limits = policy.spec.limits
         self._max_pools, self._max_nodes = limits.max_pools, limits.max_nodes_per_pool
         self._max_job = job_cap_usd_micros(config, policy)
-        self._by_shape: dict[tuple[int, int, str | None], list[_Choice]] = {}
+        self._by_shape: dict[tuple[int, int, str | None], tuple[list[_Choice], list[int]]] = {}
         self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
         self._lifetime = policy.spec.teardown.max_lifetime.total_seconds()
         self._made = self._pools = 0
@@ -96,9 +97,10 @@ class Waiting:
     def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return job.submit + self.wait(job, runtime)
 
-    def _choices(self, job: SimJob, asks: str | None) -> list[_Choice]:
+    def _choices(self, job: SimJob, asks: str | None) -> tuple[list[_Choice], list[int]]:
         """The on-demand nodes for the job's pods, cheapest first, of every offer of a GPU the
-        policy allows for the product it asks for (cached per pod shape and product)."""
+        policy allows for the product it asks for, and what each costs an hour (cached per pod
+        shape and product)."""
         shape = (job.gpus_per_pod, job.pods, asks)
         if shape not in self._by_shape:
             choices: list[_Choice] = []
@@ -117,7 +119,7 @@ class Waiting:
                 if nodes <= self._max_nodes:
                     choices.append(_Choice(o, self._targets[(o.cloud, o.region)], nodes))
             choices.sort(key=lambda c: c.nodes * c.offer.hourly.micros)
-            self._by_shape[shape] = choices
+            self._by_shape[shape] = (choices, [c.nodes * c.offer.hourly.micros for c in choices])
         return self._by_shape[shape]
 
     def decide(self, world: World) -> Sequence[Action]:
@@ -157,16 +159,17 @@ class Waiting:
             if job.planned_pool is not None or not (waited or capped):
                 continue
             spec = job.spec
-            # Those within the per-job cost cap: the cheapest first, so a prefix of them.
-            choices = [
-                c
-                for c in self._choices(spec, world.asks[i])
-                if self._max_job is None
-                or c.nodes * c.offer.hourly.micros * spec.duration <= self._max_job * 3600
-            ]
+            # Those within the per-job cost cap: the cheapest first, so a prefix of them, found
+            # by bisection (asked for every waiting job on every decision).
+            every, hourly = self._choices(spec, world.asks[i])
+            within = len(every)
+            if self._max_job is not None:
+                most = self._max_job * 3600
+                within = bisect.bisect_left(hourly, True, key=lambda h: h * spec.duration > most)
             shape = (spec.gpus_per_pod, spec.pods, world.asks[i])
-            if len(choices) <= refused.get(shape, -1):
+            if within <= refused.get(shape, -1):
                 continue
+            choices = every[:within]
             # The cheapest offer: a pool of it with room, else a new one while under the pool
             # cap; at the cap, each offer in turn, cheapest first: a pool of it with room, or
             # one that can grow (the autoscaler's price expander over its node groups).
