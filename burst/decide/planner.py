@@ -48,7 +48,6 @@ from burst.decide.wording import Words
 from burst.model import (
     Action,
     CancelDispatch,
-    DeletePool,
     Plan,
     Skip,
     Snapshot,
@@ -187,8 +186,9 @@ class _Planner:
     # -- the whole plan --
 
     def run(self) -> Plan:
-        self.actions += deletions(self.snapshot.pools, self.config.policies, self.now)
-        self.deleted = {a.pool for a in self.actions if isinstance(a, DeletePool)}
+        deleted = deletions(self.snapshot.pools, self.config.policies, self.now)
+        self.actions += deleted
+        self.deleted = {d.pool for d in deleted}
         self.placement = self._placement()
         pending: list[Workload] = []
         for w in self.snapshot.workloads:
@@ -215,9 +215,9 @@ class _Planner:
         pending.sort(key=queue_order)
         runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
-        # Under strict FIFO one that leaves changes no estimate but its own, so those that want
-        # to burst whatever it says need none until placed (explained, every reason is worded).
-        lazy = not self.explain and self.queueing == "StrictFIFO"
+        # Those that want to burst whatever their estimate says have their trigger asked only
+        # when placed (explained, every reason is worded).
+        lazy = not self.explain
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
             if self._none_fits(claiming):
@@ -239,6 +239,7 @@ class _Planner:
             # made when they are placed: most of a long queue is refused for room unpriced.
             wants: list[_Wanting] = []
             for w in pending[:walk]:
+                est = sweep.estimate(w, runtimes[w.uid])
                 policy = self.policy_of.get(w.uid)
                 if (
                     lazy
@@ -249,12 +250,10 @@ class _Planner:
                     # It wants to burst whatever its estimate says, and leaves the queue: its
                     # trigger is asked only if it is placed (a replay's backlog holds thousands
                     # so, for one or two placed).
-                    est = sweep.estimate(w, runtimes[w.uid])
                     sweep.leave()
                     order = (False, urgency(w, runtimes[w.uid], self.now))
                     wants.append((order, w, (policy, est, None, None)))
                     continue
-                est = sweep.estimate(w, runtimes[w.uid])
                 if w.uid in placed:
                     sweep.leave()
                     continue

@@ -541,8 +541,8 @@ def test_at_the_pool_limit_a_full_sized_pool_with_room_still_takes_work_with_or_
 
 def test_a_backlog_past_its_wait_trigger_sends_its_most_urgent_into_the_last_room() -> None:
     """Hundreds wait past the wait trigger and the policy's one pool has a GPU free. A replay's
-    plan (no reasons) leaves those the wait sends unestimated until placed, and refuses the rest
-    unlooked at once no policy has room: it must place the one an explained plan places, the
+    plan (no reasons) asks the trigger of those the wait sends only when placed, and refuses the
+    rest unlooked at once no policy has room: it must place the one an explained plan places, the
     most urgent (least slack), with the same reason."""
     cfg = make_config(
         (
