@@ -83,10 +83,7 @@ def measured_runtime_share(outcome: Outcome) -> float | None:
 
 def parse_runtime_share(text: str) -> float:
     """`--deadline-runtime-share`: a share above 0 and at most 1."""
-    try:
-        share = float(text)
-    except ValueError:
-        share = -1.0
+    share = _number(text)
     if not 0 < share <= 1:
         raise ValueError(
             f"--deadline-runtime-share: {text!r} is not a share above 0 and at most 1, "
@@ -95,14 +92,19 @@ def parse_runtime_share(text: str) -> float:
     return share
 
 
+def _number(text: str) -> float:
+    """The number `text` says; NaN, which no range admits, when it says none."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def parse_margin(text: str) -> tuple[timedelta, float]:
     """`--margin`: a duration (30m) or a share of each workload's runtime (25%), as (fixed part,
     share)."""
     if text.endswith("%"):
-        try:
-            share = float(text[:-1]) / 100
-        except ValueError:
-            share = -1.0
+        share = _number(text[:-1]) / 100
         if not 0 <= share <= 10:
             raise ValueError(f"--margin: {text!r} is not a share of 0 to 1000 %")
         return timedelta(0), share

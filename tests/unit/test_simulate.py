@@ -491,4 +491,8 @@ def test_a_margin_is_a_duration_or_a_share_of_each_runtime() -> None:
         with pytest.raises(ValueError, match="--margin: "):
             variants.parse_margin(bad)
     assert variants.worded(timedelta(minutes=30), 0.0) == "30m"
+    assert variants.parse_runtime_share("0.5") == 0.5
+    for bad in ("0", "1.5", "nan", "half"):
+        with pytest.raises(ValueError, match="--deadline-runtime-share: "):
+            variants.parse_runtime_share(bad)
     assert variants.worded(timedelta(0), 0.88) == "88 % of each runtime"
