@@ -5,7 +5,8 @@ workloads); the simulator replays with them (`burst simulate --runtimes learned`
 Without enough history, the policy's default applies.
 
 Pure and small: `Learned.observe` records how long a workload ran, keyed from the most to the least
-specific (namespace, name stem and GPUs; namespace and stem; namespace and GPUs); `estimate` answers
+specific (namespace, name stem, the user's label and GPUs, where the workload carries the label;
+namespace, stem and GPUs; namespace and stem; namespace and GPUs); `estimate` answers
 from the most specific key with enough history, a high quantile of its last runs rather than their
 mean, because a job that runs longer than its estimate is the one that misses its deadline on-prem,
 and says where the estimate came from.
@@ -40,21 +41,26 @@ class Learned:
         self._runs: dict[tuple[str, ...], deque[int]] = {}
 
     @staticmethod
-    def _keys(namespace: str, name: str, gpus: int) -> list[tuple[str, ...]]:
+    def _keys(namespace: str, name: str, gpus: int, user: str) -> list[tuple[str, ...]]:
         s = stem(name)
-        return [(namespace, s, str(gpus)), (namespace, s), (namespace, f"{gpus} GPUs")]
+        # One user's runs of a job are likelier alike than everyone's (their data, their
+        # settings): their key answers first, where the workload says whose it is.
+        mine = [(namespace, s, f"user {user}", str(gpus))] if user else []
+        return [*mine, (namespace, s, str(gpus)), (namespace, s), (namespace, f"{gpus} GPUs")]
 
-    def observe(self, namespace: str, name: str, gpus: int, seconds: int) -> None:
-        for key in self._keys(namespace, name, gpus):
+    def observe(self, namespace: str, name: str, gpus: int, seconds: int, user: str = "") -> None:
+        for key in self._keys(namespace, name, gpus, user):
             runs = self._runs.pop(key, None) or deque(maxlen=KEEP)
             runs.append(seconds)
             self._runs[key] = runs  # the most recently run last
         while len(self._runs) > KEYS:
             del self._runs[next(iter(self._runs))]
 
-    def estimate(self, namespace: str, name: str, gpus: int) -> tuple[timedelta, str] | None:
+    def estimate(
+        self, namespace: str, name: str, gpus: int, user: str = ""
+    ) -> tuple[timedelta, str] | None:
         """The estimate and where it came from, or None without enough history."""
-        for key in self._keys(namespace, name, gpus):
+        for key in self._keys(namespace, name, gpus, user):
             runs = self._runs.get(key)
             if runs is not None and len(runs) >= AT_LEAST:
                 ordered = sorted(runs)

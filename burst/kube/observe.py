@@ -53,7 +53,7 @@ class RunHistory:
         self.taught: set[str] = set()
         self._seen: set[str] = set()
 
-    def learn(self, obj: Obj, pods: list[Obj], namespace: str, gpus: int) -> None:
+    def learn(self, obj: Obj, pods: list[Obj], namespace: str, gpus: int, user: str) -> None:
         uid = meta_of(obj)["uid"]
         if uid in self._seen:
             return
@@ -61,7 +61,7 @@ class RunHistory:
         if seconds is None:
             return
         self._seen.add(uid)
-        self.learned.observe(namespace, meta_of(obj).get("name", ""), gpus, seconds)
+        self.learned.observe(namespace, meta_of(obj).get("name", ""), gpus, seconds, user)
         self.taught.add(namespace)
 
     def forget(self, uid: str) -> None:
@@ -234,13 +234,14 @@ class Observer:
         if self.events is not None:
             for problem in problems:  # recorded once each: the recorder remembers
                 self.events.record(obj, "Warning", "InvalidBurstAnnotation", problem)
+        user = labels.get(self.prefix + "user", "")  # whose runs it learns from first
         if finished(obj):
-            self.history.learn(obj, pods, namespace, shape.gpus * pods_wanted)
+            self.history.learn(obj, pods, namespace, shape.gpus * pods_wanted, user)
             return _Summary(None, [], namespace)
         runtime, source = said.expected_runtime, "declared"
         if runtime is None:
             learned = self.history.learned.estimate(
-                namespace, meta["name"], shape.gpus * pods_wanted
+                namespace, meta["name"], shape.gpus * pods_wanted, user
             )
             runtime, source = learned if learned is not None else (None, "")
         running = self._running(pods, shape, runtime)

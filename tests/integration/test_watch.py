@@ -312,12 +312,20 @@ def test_a_suspended_burstable_pytorchjob_is_pending_with_all_its_pods(kube: Any
 def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube: Any) -> None:
     """Three runs of `train-resnet` succeeded in 1, 2 and 3 hours (their status as the Job
     controller writes it); a fourth, pending with no runtime declared, is estimated at the p80 of
-    them, and says so. A failed run teaches nothing, a declared runtime stays declared."""
+    them, and says so. A failed run teaches nothing, a declared runtime stays declared. Three of
+    the runs of `train-vit` were alice's (`burst.dev/user`): her next run is estimated from hers
+    alone, anyone else's from all five."""
     batch = client.BatchV1Api(kube)
     start = "2026-11-30T08:00:00Z"
 
-    def finish(name: str, hours: int, ok: bool = True) -> None:
-        batch.create_namespaced_job("default", gpu_job(name, suspend=True))
+    def job(name: str, user: str = "", **kwargs: Any) -> dict[str, Any]:
+        made = gpu_job(name, suspend=True, **kwargs)
+        if user:
+            made["metadata"]["labels"]["burst.dev/user"] = user
+        return made
+
+    def finish(name: str, hours: int, ok: bool = True, user: str = "") -> None:
+        batch.create_namespaced_job("default", job(name, user))
         end = f"2026-11-30T{8 + hours:02d}:00:00Z"
         conditions = ["SuccessCriteriaMet", "Complete"] if ok else ["FailureTarget", "Failed"]
         status: dict[str, Any] = {
@@ -333,7 +341,11 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
     for n, hours in enumerate((1, 2, 3)):
         finish(f"train-resnet-{n}", hours)
     finish("train-resnet-9", 9, ok=False)  # failed after nine hours: not a runtime
+    for n, (hours, user) in enumerate(((1, "alice"), (1, "alice"), (1, "alice"), (8, ""), (9, ""))):
+        finish(f"train-vit-{n}", hours, user=user)
     batch.create_namespaced_job("default", gpu_job("train-resnet-7", suspend=True))
+    batch.create_namespaced_job("default", job("train-vit-7", "alice"))
+    batch.create_namespaced_job("default", job("train-vit-8", "bob"))
     declared = {"burst.dev/expected-runtime": "30m"}
     batch.create_namespaced_job(
         "default", gpu_job("train-resnet-8", suspend=True, annotations=declared)
@@ -344,8 +356,11 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
         pending = wait_for(
             lambda: (
                 by
-                if (by := {w.name: w for w in watch.workloads()}).get("train-resnet-7")
-                and by["train-resnet-7"].expected_runtime
+                if all(
+                    (w := (by := {w.name: w for w in watch.workloads()}).get(name))
+                    and w.expected_runtime
+                    for name in ("train-resnet-7", "train-vit-7", "train-vit-8")
+                )
                 else None
             )
         )
@@ -354,6 +369,14 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
         assert learned.runtime_source == "learned: p80 of the last 3 runs of default/train-resnet/1"
         assert pending["train-resnet-8"].expected_runtime == timedelta(minutes=30)
         assert pending["train-resnet-8"].runtime_source == "declared"
+        hers, his = pending["train-vit-7"], pending["train-vit-8"]
+        assert hers.expected_runtime == timedelta(hours=1)
+        assert (
+            hers.runtime_source
+            == "learned: p80 of the last 3 runs of default/train-vit/user alice/1"
+        )
+        assert his.expected_runtime == timedelta(hours=8)  # p80 of 1, 1, 1, 8, 9 hours
+        assert his.runtime_source == "learned: p80 of the last 5 runs of default/train-vit/1"
     finally:
         watch.stop()
 

@@ -57,3 +57,23 @@ def test_names_burst_cannot_stem_are_forgotten_least_recently_run_first(
         "learned: p80 of the last 50 runs of cms-ml/train/4",
     )
     assert ("cms-ml", "exp0") not in learned._runs and ("cms-ml", "exp99") in learned._runs
+
+
+def test_a_users_own_runs_answer_before_everyone_elses() -> None:
+    learned = Learned()
+    for i in range(3):
+        learned.observe("cms-ml", f"train-{i}", 1, 600, user="alice")
+    for i in range(3, 6):
+        learned.observe("cms-ml", f"train-{i}", 1, 36_000)  # no label: whose is not known
+    assert learned.estimate("cms-ml", "train-9", 1, user="alice") == (
+        timedelta(seconds=600),
+        "learned: p80 of the last 3 runs of cms-ml/train/user alice/1",
+    )
+    # bob has no runs of his own: everyone's six answer, as for a job with no label
+    assert learned.estimate("cms-ml", "train-9", 1, user="bob") == learned.estimate(
+        "cms-ml", "train-9", 1
+    )
+    assert learned.estimate("cms-ml", "train-9", 1) == (
+        timedelta(seconds=36_000),
+        "learned: p80 of the last 6 runs of cms-ml/train/1",
+    )
