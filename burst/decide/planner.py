@@ -220,8 +220,7 @@ class _Planner:
         lazy = not self.explain
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
-            if self._none_fits(claiming):
-                break
+            # Before the room is looked at: a placement that lost its reason gives its room back.
             if (
                 placed
                 and self.queueing == "BestEffortFIFO"
@@ -229,6 +228,8 @@ class _Planner:
             ):
                 self.placement = self._placement()
                 placed.clear()
+            if self._none_fits(claiming):
+                break
             fulls = self._fulls(pending, placed | stays)
             walk = walk_length(pending, fulls, self.explain, self.queueing)
             if not walk:

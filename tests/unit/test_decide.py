@@ -668,6 +668,37 @@ def test_under_best_effort_a_refused_burst_that_stays_lets_a_small_one_behind_ru
     assert "no cloud offer meets the deadline" in skip_reason(plan, "lost")
 
 
+def test_under_best_effort_the_last_room_given_to_a_burst_that_lost_its_reason_comes_back() -> None:
+    # 4 V100s free, one pool with a GPU free and no room for more. `late` (waited 3 h, past the
+    # 2-hour trigger) and `small` (deadline +35 min) both want it; `small` is the more urgent and
+    # takes it, `late` is refused and stays. Staying, `late` holds `wide` back, and the cluster
+    # starts `small` now: its burst has lost its reason, and no plan may send it, with or without
+    # reasons (a replay's plan had stopped at "no room left" before looking).
+    five = timedelta(minutes=5)
+    cfg = make_config(
+        (
+            "ml",
+            policy_spec(
+                trigger={"maxPendingWait": "2h"},
+                placement={"targets": ["aws-euc1"]},
+                limits={"maxPools": 1, "maxNodesPerPool": 1},
+            ),
+        ),
+        queueing="BestEffortFIFO",
+    )
+    at = {"created": NOW - H, "expected_runtime": five}
+    late = workload("late", pending_since=NOW - 3 * H, **at)
+    wide = workload("wide", pods=4, burstable=False, **{**at, "created": NOW - H + five})
+    small = workload(
+        "small", deadline=NOW + 7 * five, **{**at, "created": NOW - H + 2 * five}, pending_since=NOW
+    )
+    snap = Snapshot(
+        workloads=(late, wide, small), onprem=OnPrem({"V100": 4}), pools=(_pool(free_gpus=(1,)),)
+    )
+    for skips in (True, False):
+        assert dispatches(decide.plan(snap, CATALOG, cfg, NOW, skips=skips)) == {}
+
+
 def test_competing_workloads_never_exceed_a_hard_budget() -> None:
     jobs = tuple(
         workload(f"j{i}", deadline=NOW + 3 * H + i * timedelta(minutes=1)) for i in range(10)
