@@ -43,7 +43,7 @@ from burst.decide.existing import deletions, open_existing
 from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import pool_actions
-from burst.decide.triggers import Want, time_saved, trigger, urgency
+from burst.decide.triggers import Want, sends_anyway, time_saved, trigger, urgency
 from burst.decide.wording import Words
 from burst.model import (
     Action,
@@ -68,7 +68,6 @@ _Wanting = tuple[
     Workload,
     tuple[BurstPolicy, Estimate, "str | Words | None", Money | None],
 ]
-_SETTLED = "settled"  # what fulls.get gives for a workload placed or refused already
 
 
 class _Planner:
@@ -167,13 +166,6 @@ class _Planner:
         no_room = self.placement.no_room
         return not self.explain and all(no_room.full(self.placement, p) for p in policies)
 
-    def _wants_anyway(self, w: Workload, policy: BurstPolicy) -> bool:
-        """Whether a trigger sends `w` whatever its on-prem estimate: its wait or its quota."""
-        t = policy.spec.trigger
-        return (
-            t.max_pending_wait is not None and self.now - w.pending_since >= t.max_pending_wait
-        ) or (w.quota_blocked and t.quota_exhausted)
-
     def _fulls(self, pending: list[Workload], settled: set[str]) -> dict[str, str | None]:
         """Why the placement would refuse each workload that may leave, whatever sends it (None:
         it may be placed): the placement does not change while a round walks the queue."""
@@ -215,9 +207,6 @@ class _Planner:
         pending.sort(key=queue_order)
         runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
-        # Those that want to burst whatever their estimate says have their trigger asked only
-        # when placed (explained, every reason is worded).
-        lazy = not self.explain
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
             # Before the room is looked at: a placement that lost its reason gives its room back.
@@ -241,29 +230,24 @@ class _Planner:
             wants: list[_Wanting] = []
             for w in pending[:walk]:
                 est = sweep.estimate(w, runtimes[w.uid])
-                policy = self.policy_of.get(w.uid)
-                if (
-                    lazy
-                    and policy is not None
-                    and fulls.get(w.uid, _SETTLED) is None
-                    and self._wants_anyway(w, policy)
-                ):
-                    # It wants to burst whatever its estimate says, and leaves the queue: its
-                    # trigger is asked only if it is placed (a replay's backlog holds thousands
-                    # so, for one or two placed).
-                    sweep.leave()
-                    order = (False, urgency(w, runtimes[w.uid], self.now))
-                    wants.append((order, w, (policy, est, None, None)))
-                    continue
                 if w.uid in placed:
                     sweep.leave()
                     continue
+                policy = self.policy_of.get(w.uid)
                 if policy is None or w.uid in stays:
                     sweep.stay(w, est)
                     continue
                 full = fulls[w.uid]
                 if full is not None and not self.explain:
                     sweep.stay(w, est)  # it would be refused whatever sends it
+                    continue
+                if not self.explain and sends_anyway(w, policy.spec.trigger, self.now):
+                    # It wants to burst whatever its estimate says, and leaves the queue: its
+                    # trigger is asked only if it is placed (a replay's backlog holds thousands
+                    # so, for one or two placed).
+                    sweep.leave()
+                    order = (False, urgency(w, runtimes[w.uid], self.now))
+                    wants.append((order, w, (policy, est, None, None)))
                     continue
                 why, why_not, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
                 if why is None or full is not None:

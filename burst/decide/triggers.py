@@ -33,6 +33,20 @@ class Want:
     worth: Money | None = None  # the most its cloud run may cost: the time it saves, priced
 
 
+def sends_anyway(w: Workload, t: Trigger, now: datetime) -> bool:
+    """Whether the wait or the quota trigger sends `w` whatever its on-prem estimate: trigger()
+    then gives a reason, whatever the estimate (the planner asks it only for those it places)."""
+    return _past_max_wait(w, t, now) or _quota_sends(w, t)
+
+
+def _past_max_wait(w: Workload, t: Trigger, now: datetime) -> bool:
+    return t.max_pending_wait is not None and now - w.pending_since >= t.max_pending_wait
+
+
+def _quota_sends(w: Workload, t: Trigger) -> bool:
+    return w.quota_blocked and t.quota_exhausted
+
+
 def trigger(
     w: Workload,
     policy: BurstPolicy,
@@ -62,13 +76,14 @@ def trigger(
         if finish is not None and finish > w.deadline - margin:
             return Words(_at_risk, finish, w.deadline, margin, now, t.deadline_runtime_share), ""
     waited = now - w.pending_since
-    if t.max_pending_wait is not None and waited >= t.max_pending_wait:
+    if _past_max_wait(w, t, now):
+        assert t.max_pending_wait is not None
         return Words(_waited, waited, t.max_pending_wait), ""
     if t.wait_per_gpu_hour is not None and est.finish is not None and est.start > now:
         allowed = t.wait_per_gpu_hour * (w.gpus * (est.finish - est.start) / timedelta(hours=1))
         if waited >= allowed:
             return Words(_waited, waited, allowed, t.wait_per_gpu_hour), ""
-    if w.quota_blocked and t.quota_exhausted:
+    if _quota_sends(w, t):
         return (f"GPU quota of namespace {w.namespace} exhausted", "")
     if not explain:
         return None, ""
