@@ -1,9 +1,9 @@
 """The pools that exist, as a plan starts: which to delete, and which take work in it.
 
 Part of the decision (planner.py calls it first; pure, no I/O). A pool idle past its policy's TTL,
-past its lifetime with nothing running, or of a policy that is gone is deleted; the others that
-can still take work are opened in the plan's Placement with their free room, and every pool the
-cloud may still run counts against its policy's pool limit.
+past its lifetime with nothing running, or of a policy that is gone once nothing runs on it is
+deleted; the others that can still take work are opened in the plan's Placement with their free
+room, and every pool the cloud may still run counts against its policy's pool limit.
 """
 
 from __future__ import annotations
