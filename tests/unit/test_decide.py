@@ -539,21 +539,22 @@ def test_at_the_pool_limit_a_full_sized_pool_with_room_still_takes_work_with_or_
     assert not dispatches(decide.plan(snap, CATALOG, cfg, NOW, skips=False))
 
 
+def _one_pool_and_a_wait_trigger(queueing: str = "StrictFIFO") -> Config:
+    """Policy `ml`: a 2-hour wait trigger, and room for one pool of one node on aws-euc1."""
+    spec = policy_spec(
+        trigger={"maxPendingWait": "2h"},
+        placement={"targets": ["aws-euc1"]},
+        limits={"maxPools": 1, "maxNodesPerPool": 1},
+    )
+    return make_config(("ml", spec), queueing=queueing)
+
+
 def test_a_backlog_past_its_wait_trigger_sends_its_most_urgent_into_the_last_room() -> None:
     """Hundreds wait past the wait trigger and the policy's one pool has a GPU free. A replay's
     plan (no reasons) asks the trigger of those the wait sends only when placed, and refuses the
     rest unlooked at once no policy has room: it must place the one an explained plan places, the
     most urgent (least slack), with the same reason."""
-    cfg = make_config(
-        (
-            "ml",
-            policy_spec(
-                trigger={"maxPendingWait": "2h"},
-                placement={"targets": ["aws-euc1"]},
-                limits={"maxPools": 1, "maxNodesPerPool": 1},
-            ),
-        )
-    )
+    cfg = _one_pool_and_a_wait_trigger()
     backlog = tuple(
         workload(
             f"w{i:03}",
@@ -675,17 +676,7 @@ def test_under_best_effort_the_last_room_given_to_a_burst_that_lost_its_reason_c
     # starts `small` now: its burst has lost its reason, and no plan may send it, with or without
     # reasons (a replay's plan had stopped at "no room left" before looking).
     five = timedelta(minutes=5)
-    cfg = make_config(
-        (
-            "ml",
-            policy_spec(
-                trigger={"maxPendingWait": "2h"},
-                placement={"targets": ["aws-euc1"]},
-                limits={"maxPools": 1, "maxNodesPerPool": 1},
-            ),
-        ),
-        queueing="BestEffortFIFO",
-    )
+    cfg = _one_pool_and_a_wait_trigger(queueing="BestEffortFIFO")
     at = {"created": NOW - H, "expected_runtime": five}
     late = workload("late", pending_since=NOW - 3 * H, **at)
     wide = workload("wide", pods=4, burstable=False, **{**at, "created": NOW - H + five})
