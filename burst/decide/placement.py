@@ -411,8 +411,9 @@ class NoRoom:
 
     def full(self, placement: Placement, policy: BurstPolicy) -> bool:
         """Whether the policy has no room for any workload: at its pool limit, no GPU free on any
-        of its pools and none that may grow. While every policy claiming a waiting workload is full a plan places nothing
-        and need not look at the rest of the queue (most plans of a Philly replay with config/)."""
+        of its pools and none that may grow. While every policy claiming a waiting workload is
+        full a plan places nothing and need not look at the rest of the queue (most plans of a
+        Philly replay with config/)."""
         name = policy.metadata.name
         if name not in self._full:
             limits = policy.spec.limits
