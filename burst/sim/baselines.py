@@ -93,6 +93,11 @@ class Waiting:
         self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
         self._lifetime = policy.spec.teardown.max_lifetime.total_seconds()
         self._made = self._pools = 0
+        # Per job of the replay being decided: how long it may wait and how many of its offers
+        # are within the per-job cost cap. Both are fixed once the job has arrived (the runtime
+        # told is fixed then), and were worked out again for every waiting job on every decision.
+        self._world: World | None = None
+        self._waits: dict[int, tuple[float, int]] = {}
 
     def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return job.submit + self.wait(job, runtime)
@@ -148,24 +153,29 @@ class Waiting:
         for name, p in world.pools.items():
             if name not in draining:
                 sizes.setdefault(p.offer, {})[name] = len(p.alive)
+        if not room and self._pools >= self._max_pools and self._full(sizes):
+            # No pool has a GPU free, none may be opened and none may grow: every waiting job
+            # would be refused (a replay under config/'s caps decides so for hours at a time,
+            # over thousands waiting).
+            return actions
+        if world is not self._world:
+            self._world, self._waits = world, {}
+        waits = self._waits
         # At the pool cap, the most offers (cheapest first) a pod shape has found no pool among:
         # one of that shape with as many or fewer finds none either, until a pool grows (the
         # new nodes may have GPUs left over; otherwise room only shrinks within a decision).
         refused: dict[tuple[int, int, str | None], int] = {}
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
-            capped = self.queue_cap is not None and place >= self.queue_cap
-            waited = world.now - job.spec.submit >= self.wait(job.spec, runtime_told(world, i))
-            if job.planned_pool is not None or not (waited or capped):
-                continue
             spec = job.spec
-            # Those within the per-job cost cap: the cheapest first, so a prefix of them, found
-            # by bisection (asked for every waiting job on every decision).
-            every, hourly = self._choices(spec, world.asks[i])
-            within = len(every)
-            if self._max_job is not None:
-                most = self._max_job * 3600
-                within = bisect.bisect_left(hourly, True, key=lambda h: h * spec.duration > most)
+            known = waits.get(i)
+            if known is None:
+                known = waits[i] = (self.wait(spec, runtime_told(world, i)), self._within(i, world))
+            wait, within = known
+            capped = self.queue_cap is not None and place >= self.queue_cap
+            if job.planned_pool is not None or not (world.now - spec.submit >= wait or capped):
+                continue
+            every, _ = self._choices(spec, world.asks[i])
             shape = (spec.gpus_per_pod, spec.pods, world.asks[i])
             if within <= refused.get(shape, -1):
                 continue
@@ -193,6 +203,19 @@ class Waiting:
             else:
                 refused[shape] = max(refused.get(shape, -1), len(choices))
         return actions
+
+    def _within(self, i: int, world: World) -> int:
+        """How many of job i's offers, the cheapest first, are within the per-job cost cap."""
+        spec = world.jobs[i].spec
+        every, hourly = self._choices(spec, world.asks[i])
+        if self._max_job is None:
+            return len(every)
+        most = self._max_job * 3600
+        return bisect.bisect_left(hourly, True, key=lambda h: h * spec.duration > most)
+
+    def _full(self, sizes: dict[OfferKey, dict[str, int]]) -> bool:
+        """Whether no pool that takes work may grow by a node."""
+        return all(n >= self._max_nodes for pools in sizes.values() for n in pools.values())
 
     def _pool(
         self,
