@@ -9,7 +9,7 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burst.decide.onprem import Nodes, estimate_all
+from burst.decide.onprem import Nodes, estimate_all, queue_order
 from burst.model import OnPrem, OnPremNode, RunningWorkload
 from tests.builders import NOW, workload
 
@@ -281,6 +281,23 @@ def test_a_strict_estimate_is_that_of_the_queue_without_those_that_left_ahead(
         ahead = [x for x in pending[:i] if x.uid not in leaving]
         alone = estimate_all(onprem, [*ahead, w], runtimes, NOW)
         assert est[w.uid] == alone[w.uid], w
+
+
+@given(queues())
+def test_a_best_effort_estimate_is_that_of_the_queue_without_those_that_left_before_it(
+    scenario,
+) -> None:
+    """Walking the queue under BestEffortFIFO, each workload's estimate equals a fresh run of the
+    whole queue less those that left before it was estimated (ahead of it or not: one that
+    leaves gives back GPUs that those anywhere in the queue may take). The sweep reruns only
+    when a leaver could have changed the estimate asked for."""
+    onprem, pending, runtimes, leaving = scenario
+    est = estimate_all(onprem, pending, runtimes, NOW, leaving, BE)
+    order = sorted(pending, key=queue_order)
+    for i, w in enumerate(order):
+        gone = {x.uid for x in order[:i] if x.uid in leaving}
+        rest = [x for x in order if x.uid not in gone]
+        assert est[w.uid] == estimate_all(onprem, rest, runtimes, NOW, queueing=BE)[w.uid], w
 
 
 @settings(max_examples=200, deadline=None)
