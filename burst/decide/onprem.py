@@ -387,12 +387,8 @@ def first_fit_starts(
 
 class FirstFitSweep(Sweep):
     """Best-effort FIFO, the whole queue at once (first_fit_starts). A workload that leaves is
-    taken out and, where that may change the next estimate, the queue run again: those behind
-    it, and those ahead that it held up, start sooner. It may not where the workload estimated
-    started before the one that left: until a workload starts, the run is as if it were not
-    queued (a waiting workload holds nothing, and one of its pod shape behind it fits only when
-    it does), so every start before its is the same without it. A Philly replay with a price on
-    waiting ran the queue again for each workload it sent away, nine tenths of its time."""
+    taken out and the queue run again before the next estimate: those behind it, and those ahead
+    that it held up, start sooner."""
 
     def __init__(
         self,
@@ -405,22 +401,14 @@ class FirstFitSweep(Sweep):
         self._onprem, self._now, self._runtime = onprem, now, runtime
         self._queue = {w.uid: w for w in queue}  # in queue order
         self._starts: dict[str, datetime] | None = None
-        self._started: dict[str, int] = {}  # each one's place in the order the run started them
-        self._changed: int | None = None  # from this place on, a workload since left may differ
         self._last: str | None = None
 
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
-        # One that never starts (too large for every node set) never does, whoever leaves.
-        place = self._started.get(w.uid)
-        if self._changed is not None and place is not None and place >= self._changed:
-            self._starts = None
         if self._starts is None:
             queue = self._queue.values()
             self._starts = first_fit_starts(
                 self._onprem, self._now, queue, self._runtime, self.product_of
             )
-            self._started = {uid: k for k, uid in enumerate(self._starts)}  # in start order
-            self._changed = None
         self._last = w.uid
         start = self._starts.get(w.uid)
         return Estimate(self.product_of(w), start, None if start is None else start + runtime)
@@ -430,7 +418,5 @@ class FirstFitSweep(Sweep):
 
     def leave(self) -> None:
         if self._last is not None and self._queue.pop(self._last, None) is not None:
-            place = self._started.get(self._last)
-            if place is not None and (self._changed is None or place < self._changed):
-                self._changed = place
+            self._starts = None
         self._last = None
