@@ -353,17 +353,13 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
     watch = observer(kube)
     try:
         assert watch.wait_synced()
-        pending = wait_for(
-            lambda: (
-                by
-                if all(
-                    (w := (by := {w.name: w for w in watch.workloads()}).get(name))
-                    and w.expected_runtime
-                    for name in ("train-resnet-7", "train-vit-7", "train-vit-8")
-                )
-                else None
-            )
-        )
+
+        def estimated() -> dict[str, Any] | None:
+            by = {w.name: w for w in watch.workloads()}
+            names = ("train-resnet-7", "train-vit-7", "train-vit-8")
+            return by if all(n in by and by[n].expected_runtime for n in names) else None
+
+        pending = wait_for(estimated)
         learned = pending["train-resnet-7"]
         assert learned.expected_runtime == timedelta(hours=3)
         assert learned.runtime_source == "learned: p80 of the last 3 runs of default/train-resnet/1"

@@ -289,8 +289,7 @@ def test_a_best_effort_estimate_is_that_of_the_queue_without_those_that_left_bef
 ) -> None:
     """Walking the queue under BestEffortFIFO, each workload's estimate equals a fresh run of the
     whole queue less those that left before it was estimated (ahead of it or not: one that
-    leaves gives back GPUs that those anywhere in the queue may take). The sweep reruns only
-    when a leaver could have changed the estimate asked for."""
+    leaves gives back GPUs that those anywhere in the queue may take)."""
     onprem, pending, runtimes, leaving = scenario
     est = estimate_all(onprem, pending, runtimes, NOW, leaving, BE)
     order = sorted(pending, key=queue_order)
