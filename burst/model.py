@@ -105,6 +105,9 @@ class Workload:
     quota_blocked: bool = False
     phase: WorkloadPhase = "pending"
     planned_pool: str | None = None
+    # A copy of it in a cloud was lost (its node reclaimed, its pool or cluster gone): it may
+    # burst again, but not onto spot where the policy leaves the choice to the decision.
+    lost_copy: bool = False
 
     @property
     def gpus(self) -> int:
@@ -200,6 +203,8 @@ class Snapshot:
     pools: tuple[PoolView, ...] = ()
     budgets: tuple[BudgetView, ...] = ()
     unavailable: tuple[OfferKey, ...] = ()
+    # Targets whose cluster does not answer now: a pool there could be made, its copies not.
+    silent_targets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

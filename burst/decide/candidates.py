@@ -118,11 +118,17 @@ class Candidates:
             and seen[1] is self.config_targets
             and seen[2] == self.rates
         ):
-            self._shapes[key] = seen[3]
-            return seen[3]
-        found = self._search(w, p)
+            found = seen[3]
+        else:
+            found = self._search(w, p)
+            across[key] = (p, self.config_targets, self.rates, found)
+        if any(name not in self.targets for lists in found.values() for name in lists):
+            # A target left out of this plan (its cluster silent) is kept in the shared shape.
+            found = {
+                capacity: {n: c for n, c in lists.items() if n in self.targets}
+                for capacity, lists in found.items()
+            }
         self._shapes[key] = found
-        across[key] = (p, self.config_targets, self.rates, found)
         return found
 
     def _search(self, w: Workload, p: BurstPolicy) -> Shape:
@@ -134,8 +140,9 @@ class Candidates:
         )
         accelerators = allowed_accelerators(p, w.accelerator, self.catalog)
         found: Shape = {"on-demand": {}, "spot": {}}
+        configured = {t.name: t for t in self.config_targets}
         for name in sorted(spec.placement.targets):
-            target = self.targets.get(name)
+            target = configured.get(name)
             if target is None:
                 continue
             for offer in self.catalog.query(accelerators, regions={(target.cloud, target.region)}):

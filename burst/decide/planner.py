@@ -77,7 +77,9 @@ class _Planner:
         if config.service is None:
             raise PlanError("planning needs the ServiceConfig (targets, exchange rates)")
         self.snapshot, self.catalog, self.now, self.explain = snapshot, catalog, now, explain
-        self.targets = {t.name: t for t in config.service.spec.targets}
+        # A target whose cluster does not answer takes no work: its copies could not be made.
+        silent = set(snapshot.silent_targets)
+        self.targets = {t.name: t for t in config.service.spec.targets if t.name not in silent}
         self.queueing = config.service.spec.on_prem.queueing
         self.config = config
         self.policies = [config.policies[name] for name in sorted(config.policies)]

@@ -167,12 +167,19 @@ class RemoteHealth:
     def __init__(self, clock: Clock, grace: timedelta = timedelta(minutes=10)) -> None:
         self._clock, self._grace = clock, grace
         self._failing_since: dict[str, datetime] = {}
+        self.asked: set[str] = set()  # the clusters heard from or not since the owner cleared it
 
     def ok(self, target: str) -> None:
         self._failing_since.pop(target, None)
+        self.asked.add(target)
 
     def failed(self, target: str) -> None:
         self._failing_since.setdefault(target, self._clock.now())
+        self.asked.add(target)
+
+    def failing(self, target: str) -> bool:
+        """Whether its last call went unanswered (lost or not yet)."""
+        return target in self._failing_since
 
     def lost(self, target: str) -> bool:
         since = self._failing_since.get(target)

@@ -174,7 +174,8 @@ class Reconciler:
                 self.remote.requeue_gone(s, report.outcomes)  # those whose pools went now
             self.guard.check(s, report.outcomes)  # runs a hard budget cannot cover are stopped
             self._alert(s)
-            report.plan = self._plan(s)
+            silent = self.remote.silent()
+            report.plan = self._plan(s, silent)
             refused = self._act(s, report.plan)
             # A pool refused for capacity backs its offer off at once; plan again in this pass,
             # so its workloads go to the next-best offer now rather than a pass later.
@@ -182,7 +183,7 @@ class Reconciler:
                 if not refused:
                     break
                 self.remote.dispatch_ready(s, report.outcomes)  # theirs go back to the queue
-                report.plan = self._plan(s)
+                report.plan = self._plan(s, silent)
                 refused = self._act(s, report.plan)
             return report
 
@@ -218,15 +219,15 @@ class Reconciler:
             for b in self.budgets
         )
 
-    def _plan(self, s: Session) -> Plan:
+    def _plan(self, s: Session, silent: tuple[str, ...]) -> Plan:
         known: dict[str, str] = {
             uid: state for uid, state in s.execute(select(Workload.uid, Workload.state))
         }
         pending = []
         for w in self.observer.workloads():
             state = known.get(w.uid)
-            if state is None or state == "pending":
-                pending.append(w)
+            if state in (None, "pending", "requeued"):  # requeued: its copy was lost, no spot
+                pending.append(replace(w, lost_copy=True) if state == "requeued" else w)
             elif state == "planned":
                 pending.append(replace(w, phase="planned", planned_pool=None))
         QUEUE.set(len(pending))
@@ -263,6 +264,7 @@ class Reconciler:
             pools=tuple(pool_views(s, used, self.teardown.idle_since)),
             budgets=self._budget_views(s),
             unavailable=tuple(self.unavailable.current()),
+            silent_targets=silent,
         )
         with DECISION_SECONDS.time():
             plan = decide.plan(snapshot, self.catalog, self.config, now)

@@ -7,7 +7,8 @@ period has its workloads requeued on-prem.
 A copy that vanished without an outcome, or that sits Pending past STUCK_PENDING, is requeued too;
 a stuck copy is deleted first (were it to start after the local job resumed, the job would run
 twice). The copies of a requeued workload and the Secrets and ConfigMaps burst copied are removed
-by `collect`, which the service runs on the orphan-GC schedule.
+by `collect`, which the service runs on the orphan-GC schedule. A requeued workload is planned
+again (service/loop.py), off spot; `silent` tells the plan which clusters do not answer now.
 
 Cost: the rows come in a few queries for all workloads, the copies from a watch (or one list) per
 cluster; only workloads that change are written, together, each in a savepoint.
@@ -132,6 +133,42 @@ class ClusterSteps:
         """An unreachable or unavailable cluster counts against its grace; a refusal does not."""
         if isinstance(exc, UNREACHABLE) or getattr(exc, "status", 0) in (0, 502, 503, 504):
             self.health.failed(target)
+
+    def silent(self) -> tuple[str, ...]:
+        """The targets whose cluster does not answer now, for the plan to leave out. One that was
+        asked nothing since the last call (it runs no copy of ours) is asked here: otherwise it
+        would stay silent to the plan after one outage, for ever."""
+        for target in sorted(self.targets):
+            if self.health.failing(target) and target not in self.health.asked:
+                self._copies({(target, "Job")})  # heard from, or failed again
+        self.health.asked.clear()
+        return tuple(t for t in sorted(self.targets) if self.health.failing(t))
+
+    def _copies(self, wanted: set[tuple[str, str]]) -> dict[str, dict[CopyKey, Any]]:
+        """Each target's copies, listed once; a target that does not answer is left out of this
+        pass (and counted against its grace period)."""
+        out = {}
+        for target in sorted({t for t, _ in wanted}):
+            kinds = {k for t, k in wanted if t == target}
+            mirror = self.mirrors.get(target)
+            mirrored = mirror.snapshot(kinds) if mirror is not None else None
+            if mirrored is not None:
+                out[target] = mirrored
+                self.health.ok(target)
+                continue
+            try:  # no mirror, or not connected: list (a cluster that does not answer fails)
+                out[target] = self.syncer.copies(self.remotes[target], kinds)
+            except CLUSTER_ERRORS as exc:
+                self._failed(target, exc)
+                log.warning(
+                    "listing copies on %s failed: %s",
+                    target,
+                    getattr(exc, "reason", None) or exc.__class__.__name__,
+                    extra={"target": target},
+                )
+            else:
+                self.health.ok(target)
+        return out
 
     # -- collect --
 
@@ -319,32 +356,6 @@ class RemoteSteps(ClusterSteps):
         self._isolated(
             s, f, "requeue", lambda: self._requeue(s, *_load(s, f), why, out), asks=False
         )
-
-    def _copies(self, wanted: set[tuple[str, str]]) -> dict[str, dict[CopyKey, Any]]:
-        """Each target's copies, listed once; a target that does not answer is left out of this
-        pass (and counted against its grace period)."""
-        out = {}
-        for target in sorted({t for t, _ in wanted}):
-            kinds = {k for t, k in wanted if t == target}
-            mirror = self.mirrors.get(target)
-            mirrored = mirror.snapshot(kinds) if mirror is not None else None
-            if mirrored is not None:
-                out[target] = mirrored
-                self.health.ok(target)
-                continue
-            try:  # no mirror, or not connected: list (a cluster that does not answer fails)
-                out[target] = self.syncer.copies(self.remotes[target], kinds)
-            except CLUSTER_ERRORS as exc:
-                self._failed(target, exc)
-                log.warning(
-                    "listing copies on %s failed: %s",
-                    target,
-                    getattr(exc, "reason", None) or exc.__class__.__name__,
-                    extra={"target": target},
-                )
-            else:
-                self.health.ok(target)
-        return out
 
     def _follow_one(
         self,

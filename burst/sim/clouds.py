@@ -1,7 +1,9 @@
 """The simulated clouds, as providers/sim.py behaves: pools launched with log-normal latency per
 cloud, launches refused for capacity or failing as a whole, spot nodes interrupted (their jobs go
-back to the queue), the remote autoscaler removing nodes left empty; jobs planned onto a pool start
-when it has room. Each node is billed from request to end under its cloud's billing rule, split into
+back to the queue as a lost copy's workload does, offered no spot again; in the service the copy's
+Job may instead start its pod again on the node that replaces the one reclaimed, which this model
+leaves out), the remote autoscaler removing nodes left empty; jobs planned onto a pool start when
+it has room. Each node is billed from request to end under its cloud's billing rule, split into
 overhead (before it is ready), idle (GPU time no job used) and use."""
 
 from __future__ import annotations
@@ -187,12 +189,15 @@ class CloudPools(OnPremQueue):
             self.decide_at(self.now)
 
     def _lose(self, pool: Pool, nodes: list[Node]) -> None:
-        """Nodes go (interrupted, or their pool deleted): their jobs go back to the queue."""
+        """Nodes go (interrupted, or their pool deleted): their jobs go back to the queue, as the
+        service requeues a lost copy's workload, and are offered no spot again."""
         victims = sorted({i for n in nodes for i in n.jobs})
         for i in victims:
             self._release(pool, i)
             self._unhold(i, pool)
             self.jobs[i].restarts += 1
+            self.requeued.add(i)
+            self.queued_as.pop(i, None)
         for node in nodes:
             self._end_node(pool, node)
         for i in victims:  # back in their place in the queue; the policy decides again

@@ -100,6 +100,8 @@ class Views(CloudPools):
         w = self.workload(i)
         if self.jobs[i].planned_pool is not None:
             w = replace(w, phase="planned")
+        if i in self.requeued:  # a copy of it was lost, as the service's loop tells the plan
+            w = replace(w, lost_copy=True)
         self.queued_as[i] = w
         return w
 

@@ -28,7 +28,7 @@ from burst.money.meter import BILLING
 from burst.sandbox import Sandbox
 from burst.service.api import create_app
 from burst.store import database
-from burst.store.tables import LedgerEntry, Pool, Workload
+from burst.store.tables import Dispatch, LedgerEntry, Pool, Workload
 from providers.sim import SimCloud, SimProvider, SimSettings
 from tests.conftest import ROOT, wait_for
 from tests.soak.world import Gate
@@ -37,10 +37,12 @@ SHIPPED = catalog.shipped()
 THIRTY = timedelta(seconds=30)
 
 
-def one_target_config(tmp_path: Path) -> config.Config:
+def one_target_config(tmp_path: Path, capacity: str = "on-demand") -> config.Config:
     """The demo's configuration with one simulated AWS target at real speed (a 10 minute
-    provisioning estimate: a 30 minute launch timeout), room for one pool, 8 h lifetimes."""
+    provisioning estimate: a 30 minute launch timeout), room for one pool, 8 h lifetimes, and
+    the policy's `capacity`."""
     text = (ROOT / "burst" / "data" / "demo" / "config.yaml").read_text()
+    text = text.replace("capacity: on-demand", f"capacity: {capacity}")
     text = text.replace("targets: [sim-aws, sim-gcp, sim-azure]", "targets: [sim-aws]")
     text = text.replace("maxPools: 4", "maxPools: 1").replace("maxLifetime: 10m", "maxLifetime: 8h")
     text = text.replace("provisioningEstimate: 8s", "provisioningEstimate: 10m", 1)
@@ -266,8 +268,8 @@ class OneJob:
 
 
 @contextlib.contextmanager
-def one_job_dispatched(kube: Any, tmp_path: Path) -> Iterator[OneJob]:
-    cfg = one_target_config(tmp_path)
+def one_job_dispatched(kube: Any, tmp_path: Path, capacity: str = "on-demand") -> Iterator[OneJob]:
+    cfg = one_target_config(tmp_path, capacity)
     clock = FakeClock()
     cluster, gate, remote, world, provider = gated_cloud(clock)
     engine, sessions = sessions_in(tmp_path)
@@ -299,6 +301,28 @@ def test_a_cluster_lost_past_its_grace_has_its_pools_deleted_so_no_copy_runs_twi
             (pool,) = s.scalars(select(Pool)).all()
             assert pool.state == "deleted" and "stopped answering" in (pool.state_reason or "")
         assert job.pools_in_cloud() == []
+
+
+def test_a_requeued_job_bursts_again_once_its_cluster_answers_and_not_to_spot(
+    kube: Any, tmp_path: Path
+) -> None:
+    """A job requeued on-prem when its cluster went silent was never looked at again by the
+    plan: it waited on-prem for as long as on-prem was full, past its deadline. Now it may burst
+    again, with a new copy; not while its cluster is silent (a pool could be made there, its copy
+    not), and not to spot (a copy of it was lost once)."""
+    with one_job_dispatched(kube, tmp_path, capacity="spot-if-slack") as job:
+        job.gate.shut()
+        passes_until(job.loop, job.clock, lambda: job.states()[0] == "requeued", THIRTY, 60)
+        for _ in range(10):  # five silent minutes: nothing made where nothing can run
+            job.clock.advance(THIRTY)
+            job.loop.run_once()
+        assert job.states()[0] == "requeued" and job.pools_in_cloud() == []
+        job.gate.open()
+        passes_until(job.loop, job.clock, lambda: job.states()[0] == "dispatched", THIRTY, 60)
+        with job.sessions() as s:
+            attempts = [d.attempt for d in s.scalars(select(Dispatch).order_by(Dispatch.id))]
+            capacities = [p.capacity for p in s.scalars(select(Pool).order_by(Pool.id))]
+        assert attempts == [1, 2] and capacities == ["spot", "on-demand"]
 
 
 def test_a_lost_clusters_job_resumes_on_prem_only_once_the_cloud_has_deleted_its_pool(

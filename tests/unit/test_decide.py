@@ -252,6 +252,26 @@ CASES = [
         make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"}))),
     ),
     Case(
+        # The same slack, but a copy of it was lost in a cloud: spot could cut it short again.
+        "spot-if-slack-keeps-a-workload-that-lost-a-copy-on-demand",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 20 * H, lost_copy=True),),
+            onprem=OnPrem({"V100": 0}),
+        ),
+        lambda p: offer_of(p, "w1").capacity == "on-demand",
+        make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"}))),
+    ),
+    Case(
+        # A policy that allows only spot leaves no choice: it goes to spot again.
+        "a-spot-only-policy-sends-a-workload-that-lost-a-copy-to-spot",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 20 * H, lost_copy=True),),
+            onprem=OnPrem({"V100": 0}),
+        ),
+        lambda p: offer_of(p, "w1").capacity == "spot",
+        make_config(("ml", policy_spec(placement={"capacity": "spot"}))),
+    ),
+    Case(
         "spot-if-slack-keeps-on-demand-when-tight",
         Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=OnPrem({"V100": 0})),
         lambda p: offer_of(p, "w1").capacity == "on-demand",
@@ -407,6 +427,23 @@ def test_reuses_a_pool_with_free_room_before_creating_one() -> None:
     assert [a.kind for a in plan.actions] == ["dispatch"]
     assert dispatches(plan)["w1"].pool == "aws-euc1-p3-8xlarge-od-1"
     assert "reuses pool aws-euc1-p3-8xlarge-od-1 with free room" in dispatches(plan)["w1"].reason
+
+
+def test_a_silent_target_takes_no_work_neither_on_its_pools_nor_on_new_ones() -> None:
+    """A pool with room on a target whose cluster does not answer could take the job, and a
+    new pool there could be made: its copy could not. The plan goes elsewhere."""
+    snap = Snapshot(
+        workloads=(workload(deadline=NOW + 3 * H),),
+        onprem=BUSY_V100,
+        pools=(_pool(free_gpus=(3,)),),
+    )
+    heard = decide.plan(snap, CATALOG, make_config(), NOW)
+    assert dispatches(heard)["w1"].target == "aws-euc1"
+    silent = decide.plan(replace(snap, silent_targets=("aws-euc1",)), CATALOG, make_config(), NOW)
+    assert dispatches(silent)["w1"].target != "aws-euc1"
+    assert all(c.target != "aws-euc1" for c in creates(silent).values())
+    # and the next plan that hears it again may use it again
+    assert decide.plan(snap, CATALOG, make_config(), NOW) == heard
 
 
 def test_a_hard_budget_is_asked_for_what_the_dispatch_will_hold() -> None:

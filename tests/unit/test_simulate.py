@@ -496,3 +496,27 @@ def test_a_margin_is_a_duration_or_a_share_of_each_runtime() -> None:
         with pytest.raises(ValueError, match="--deadline-runtime-share: "):
             variants.parse_runtime_share(bad)
     assert variants.worded(timedelta(0), 0.88) == "88 % of each runtime"
+
+
+def test_a_run_lost_on_spot_is_not_sent_to_spot_again() -> None:
+    """OpenB with learned estimates: a run of 200 hours, told 21 minutes, was sent to spot for its
+    deadline, lost there, queued again and sent to spot again, nineteen times. A lost run now
+    comes back to the decision as the service's requeued workloads do (`lost_copy`), and the
+    decision keeps it off spot under `spot-if-slack`."""
+    cfg = config.load(
+        [ROOT / "docs" / "examples" / "simulate"],
+        config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()),
+    )
+    assert cfg.service is not None
+    offers = SHIPPED.with_overrides(cfg.service.spec.catalog)
+    day = 24 * 3600
+    # The cluster is held for days; x (3 h, its deadline 2.5 days away) has the slack for spot.
+    jobs = [job("hog", 0, 4 * day, 8, 10 * day), job("x", 60, 3 * 3600, 1, 60 + 60 * 3600)]
+    # Reclaimed within minutes; the decision prices spot at its target's 0.05 an hour.
+    clouds = replace(STEADY, spot_interruptions_per_hour=6.0)
+    world = simulate.World(jobs, {"V100": 8}, cfg, offers, seed=1, clouds=clouds)
+    out = world.run(simulate.Burst(cfg))
+    x = next(j for j in world.jobs if j.spec.job_id == "x")
+    capacities = [p.offer.capacity for p in world.pool_list]
+    assert x.restarts == 1 and out.unfinished == 0
+    assert capacities[0] == "spot" and set(capacities[1:]) == {"on-demand"}, capacities

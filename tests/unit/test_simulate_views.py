@@ -64,9 +64,11 @@ class Checked:
         fits = sorted(i for i in world.waiting if i not in world.never_fits)
         assert world.queued() == fits + sorted(world.waiting & world.never_fits)
         expected = tuple(
-            world.workload(i)
-            if world.jobs[i].planned_pool is None
-            else replace(world.workload(i), phase="planned")
+            replace(
+                world.workload(i),
+                phase="pending" if world.jobs[i].planned_pool is None else "planned",
+                lost_copy=world.jobs[i].restarts > 0,
+            )
             for i in world.queued()
         )
         assert world.queued_workloads() == expected
