@@ -4,9 +4,9 @@ dispatch backs. Each workload and each target stands alone: a refusal (403, 422)
 cluster fails that one and is logged, never the pass; a target that has not answered for its grace
 period has its workloads requeued on-prem.
 
-A copy that vanished without an outcome, or that sits Pending past STUCK_PENDING, is requeued too;
-a stuck copy is deleted first (were it to start after the local job resumed, the job would run
-twice). The copies of a requeued workload and the Secrets and ConfigMaps burst copied are removed
+A copy that vanished without an outcome, or that sits Pending past STUCK_PENDING (never started,
+or Pending again since its node went), is requeued too; a stuck copy is deleted first (were it to
+start after the local job resumed, the job would run twice). The copies of a requeued workload and the Secrets and ConfigMaps burst copied are removed
 by `collect`, which the service runs on the orphan-GC schedule. A requeued workload is planned
 again (service/loop.py), off spot; `silent` tells the plan which clusters do not answer now.
 
@@ -47,6 +47,7 @@ GONE = ("deleted", "failed")  # pool states whose nodes no longer run anything
 # A copy still Pending this long after it was created is not coming up (its pool is ready when
 # it is sent; scheduling and an image pull take minutes, not half an hour).
 STUCK_PENDING = timedelta(minutes=30)
+LOST_NODE = "lost its node"  # a dispatch's state reason: its copy ran, and is Pending again
 # What a cluster answers with when it refuses or cannot be reached.
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 CLUSTER_ERRORS = (ApiException, *UNREACHABLE)
@@ -394,16 +395,20 @@ class RemoteSteps(ClusterSteps):
             self._requeue(s, *_load(s, f), why, out)
         elif phase == "running" and f.state_reason != "ran":
             d, _ = _load(s, f)
-            d.state_reason = "ran"  # once it ran, a Pending spell is not a stuck copy
+            d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
             self._changes += 1
-        elif (
-            phase == "pending"
-            and f.state_reason != "ran"
-            and self.clock.now() - f.updated_at > STUCK_PENDING
-        ):
+        elif phase == "pending" and f.state_reason == "ran":
+            # It ran and waits again: its node went (a spot reclaim; pod GC fails the pods of a
+            # deleted node, kubernetes pkg/controller/podgc gcOrphaned) and the Job's next pod
+            # waits for another. Stuck from now, if none comes.
+            d, _ = _load(s, f)
+            d.state_reason, d.updated_at = LOST_NODE, self.clock.now()
+            self._changes += 1
+        elif phase == "pending" and self.clock.now() - f.updated_at > STUCK_PENDING:
             # Gone first, then resumed here: a copy that started late would run beside it.
             remote.delete(f.kind, f.remote_namespace, f.remote_name)
-            why = f"its copy sat Pending over {STUCK_PENDING} on {f.target}"
+            lost = "lost its node and " if f.state_reason == LOST_NODE else ""
+            why = f"its copy {lost}sat Pending over {STUCK_PENDING} on {f.target}"
             self._requeue(s, *_load(s, f), why, out)
 
     def stop(self, s: Session, d: DispatchRow, w: Workload, why: str, out: Outcomes) -> None:

@@ -21,6 +21,7 @@ from burst.kube.copies import CopyKey, RemoteCopies
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import RemoteHealth, Syncer
+from burst.sandbox import gpu_node
 from burst.service.remote import STUCK_PENDING, Outcomes, RemoteSteps
 from burst.store import database
 from burst.store.tables import Dispatch, Pool, Workload
@@ -208,6 +209,73 @@ def test_a_vanished_copy_is_requeued_and_a_stuck_one_deleted_then_requeued(
     reasons = [e.message for e in client.CoreV1Api(kube).list_namespaced_event("cms-ml").items]
     assert any("vanished" in r for r in reasons) and any("sat Pending" in r for r in reasons)
     mirror.stop()
+
+
+def test_a_copy_that_lost_its_node_and_stays_pending_is_requeued(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """A copy seen running was never taken for stuck: when its (spot) node went and no other
+    came, its Job made a new pod that stayed Pending, and the workload waited on that for ever.
+    Node gone, pod failed (kube-controller-manager's pod GC fails the pods of a deleted node), the
+    Job's next pod unschedulable: once Pending past STUCK_PENDING since, it is requeued; a copy
+    that runs again in time is left alone."""
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        planned(kube, s, "reclaimed", clock, runs="1h")
+    remote_steps = steps(kube, {TARGET: remote}, clock)
+    out = Outcomes()
+    with sessions() as s:
+        remote_steps.dispatch_ready(s, out)
+        (name,) = [d.remote_name for d in s.query(Dispatch)]
+
+    def status() -> dict[str, Any]:
+        return dict((remote.read("Job", "burst-cms-ml", name) or {}).get("status") or {})
+
+    def ready() -> int:
+        return int(status().get("ready") or 0)
+
+    def reclaim() -> None:
+        """The node goes, and its copy is seen Pending again (the Job's next pod)."""
+        remote.core.delete_node("pool-node-1")
+        wait_for(lambda: ready() == 0 and status().get("active"))
+        with sessions() as s:
+            remote_steps.follow(s, out)
+
+    wait_for(lambda: ready() == 1)
+    with sessions() as s:
+        remote_steps.follow(s, out)  # seen running
+    clock.advance(timedelta(minutes=40))
+    reclaim()
+    # A replacement comes within the limit: the next pod runs there, and nothing is requeued.
+    clock.advance(timedelta(minutes=20))
+    remote.core.create_node(
+        gpu_node(
+            "pool-node-1",
+            "Tesla-V100-SXM2-16GB",
+            gpus=8,
+            labels={"burst.dev/pool": POOL},
+            taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+        )
+    )
+    wait_for(lambda: ready() == 1)
+    with sessions() as s:
+        remote_steps.follow(s, out)
+    clock.advance(STUCK_PENDING)
+    with sessions() as s:
+        remote_steps.follow(s, out)
+    assert out.requeued == []
+    reclaim()  # and again, with no replacement this time
+    clock.advance(STUCK_PENDING - timedelta(minutes=1))
+    with sessions() as s:
+        remote_steps.follow(s, out)
+    assert out.requeued == []
+    clock.advance(timedelta(minutes=2))
+    with sessions() as s:
+        remote_steps.follow(s, out)
+        (row,) = s.query(Workload)
+    assert out.requeued == ["cms-ml/reclaimed"] and row.state == "requeued"
+    assert remote.read("Job", "burst-cms-ml", name) is None  # gone before the job resumed
 
 
 class _Behind:
