@@ -7,8 +7,7 @@ period has its workloads requeued on-prem.
 A copy that vanished without an outcome, or that sits Pending past STUCK_PENDING (never started,
 or Pending again since its node went), is requeued too; a stuck copy is deleted first (were it to
 start after the local job resumed, the job would run twice). The copies of a requeued workload and the Secrets and ConfigMaps burst copied are removed
-by `collect`, which the service runs on the orphan-GC schedule. A requeued workload is planned
-again (service/loop.py), off spot; `silent` tells the plan which clusters do not answer now.
+by `collect`, which the service runs on the orphan-GC schedule; the plan may send it again.
 
 Cost: the rows come in a few queries for all workloads, the copies from a watch (or one list) per
 cluster; only workloads that change are written, together, each in a savepoint.
@@ -136,9 +135,8 @@ class ClusterSteps:
             self.health.failed(target)
 
     def silent(self) -> tuple[str, ...]:
-        """The targets whose cluster does not answer now, for the plan to leave out. One that was
-        asked nothing since the last call (it runs no copy of ours) is asked here: otherwise it
-        would stay silent to the plan after one outage, for ever."""
+        """The targets whose cluster does not answer now, for the plan to leave out; one asked
+        nothing since the last call (it runs no copy) is asked here, or it stays silent for ever."""
         for target in sorted(self.targets):
             if self.health.failing(target) and target not in self.health.asked:
                 self._copies({(target, "Job")})  # heard from, or failed again
@@ -398,9 +396,8 @@ class RemoteSteps(ClusterSteps):
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
             self._changes += 1
         elif phase == "pending" and f.state_reason == "ran":
-            # It ran and waits again: its node went (a spot reclaim; pod GC fails the pods of a
-            # deleted node, kubernetes pkg/controller/podgc gcOrphaned) and the Job's next pod
-            # waits for another. Stuck from now, if none comes.
+            # Its node went (a spot reclaim: pod GC fails a deleted node's pods, kubernetes
+            # pkg/controller/podgc gcOrphaned); the Job's next pod waits, stuck if none comes.
             d, _ = _load(s, f)
             d.state_reason, d.updated_at = LOST_NODE, self.clock.now()
             self._changes += 1
