@@ -118,6 +118,28 @@ def _pin(pod: dict[str, Any], pool: str) -> None:
     meta["labels"] = labels
 
 
+# A pod a disruption ended (its spot node reclaimed: pod GC marks it DisruptionTarget) is not the
+# job's failure, and must not count against the user's backoffLimit on burst's choice of spot.
+IGNORE_DISRUPTION = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+
+
+def _ignore_disruptions(spec: dict[str, Any]) -> None:
+    """The copy's pod failure policy ignores disruptions, ahead of the user's own rules. The API
+    server allows a policy only with restartPolicy Never and podReplacementPolicy Failed (or
+    unset): with OnFailure, or another replacement policy, the copy stays as the user wrote it."""
+    pod = (spec.get("template") or {}).get("spec") or {}
+    if pod.get("restartPolicy") != "Never" or spec.get("podReplacementPolicy") not in (
+        None,
+        "Failed",
+    ):
+        return
+    policy = spec.get("podFailurePolicy") or {}
+    spec["podFailurePolicy"] = {
+        **policy,
+        "rules": [IGNORE_DISRUPTION, *(policy.get("rules") or [])],
+    }
+
+
 def translate(
     local: Mapping[str, Any],
     *,
@@ -165,6 +187,7 @@ def translate(
             spec.pop(key, None)
         spec["suspend"] = False
         _allow("spec", spec, JOB_FIELDS, t)
+        _ignore_disruptions(spec)
     elif obj.get("kind") == "PyTorchJob":
         run_policy = spec.get("runPolicy") or {}
         for key in ("suspend", "managedBy", "ttlSecondsAfterFinished"):

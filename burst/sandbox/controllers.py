@@ -235,6 +235,18 @@ class ControlPlane(WorkloadControllers):
         if reason == "NodeLost":
             status["reason"] = "NodeLost"
             status["message"] = "the node the pod ran on was deleted"
+            # Pod GC fails an orphaned pod with this condition (pkg/controller/podgc/
+            # gc_controller.go gcOrphaned): a pod failure policy can tell it from the job's own.
+            status["conditions"] = _set_condition(
+                status["conditions"],
+                _condition(
+                    "DisruptionTarget",
+                    "True",
+                    "DeletionByPodGC",
+                    "PodGC: node no longer exists",
+                    now,
+                ),
+            )
         self._update(PODS, {**pod, "status": status}, status=True)
 
     def _namespace(self, name: str) -> None:

@@ -82,6 +82,24 @@ def job_create_problems(job: Obj) -> list[tuple[str, str]]:
                 f'Unsupported value: "{restart}": supported values: "OnFailure", "Never"',
             )
         )
+    if spec.get("podFailurePolicy") is not None:
+        # validateJobSpec: a pod failure policy judges each pod's one run.
+        if restart == "OnFailure":
+            problems.append(
+                (
+                    "spec.template.spec.restartPolicy",
+                    'Invalid value: "OnFailure": only "Never" is supported when podFailurePolicy '
+                    "is specified",
+                )
+            )
+        replacement = spec.get("podReplacementPolicy")
+        if replacement not in (None, "Failed"):
+            problems.append(
+                (
+                    "spec.podReplacementPolicy",
+                    f'Unsupported value: "{replacement}": supported values: "Failed"',
+                )
+            )
     if not pod.get("containers"):
         problems.append(("spec.template.spec.containers", "Required value"))
     for field in (

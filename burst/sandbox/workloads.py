@@ -1,10 +1,12 @@
 """The sandbox's workload controllers: Jobs (pods from the template up to parallelism/completions,
-backoffLimit, `suspend`, leaving alone a Job whose `spec.managedBy` names another controller) and
+backoffLimit and the pod failure policy's Ignore, Count and FailJob, `suspend`, leaving alone a Job
+whose `spec.managedBy` names another controller) and
 Kubeflow PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions)."""
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from burst.sandbox.base import (
     JOB_CONTROLLER,
@@ -48,7 +50,13 @@ class WorkloadControllers(TtlAfterFinished):
             and not _meta(p).get("deletionTimestamp")
         ]
         succeeded = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Succeeded")
-        failed = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
+        rules = (spec.get("podFailurePolicy") or {}).get("rules") or []
+        actions = [
+            failure_action(rules, p)
+            for p in pods
+            if (p.get("status") or {}).get("phase") == "Failed"
+        ]
+        failed = sum(1 for a in actions if a != "Ignore")
         if spec.get("suspend"):
             for pod in active:
                 self._delete(PODS, pod, "Background")
@@ -73,28 +81,21 @@ class WorkloadControllers(TtlAfterFinished):
         done = (
             succeeded >= completions if completions is not None else (succeeded > 0 and not active)
         )
-        if failed > int(spec.get("backoffLimit", 6)):
+        if "FailJob" in actions or failed > int(spec.get("backoffLimit", 6)):
             for pod in active:
                 self._delete(PODS, pod, "Background")
+            reason, message = (
+                ("PodFailurePolicy", "Pod failed matching a FailJob rule of the pod failure policy")
+                if "FailJob" in actions
+                else ("BackoffLimitExceeded", "Job has reached the specified backoff limit")
+            )
             # FailureTarget first, then Failed: a Failed condition without FailureTarget is
             # refused on 1.32+ (pkg/apis/batch/validation/validation.go, JobManagedBy rules).
             for type_ in ("FailureTarget", "Failed"):
                 conditions = _set_condition(
-                    conditions,
-                    _condition(
-                        type_,
-                        "True",
-                        "BackoffLimitExceeded",
-                        "Job has reached the specified backoff limit",
-                        now,
-                    ),
+                    conditions, _condition(type_, "True", reason, message, now)
                 )
-            self._event(
-                job,
-                "Warning",
-                "BackoffLimitExceeded",
-                "Job has reached the specified backoff limit",
-            )
+            self._event(job, "Warning", reason, message)
             active = []
         elif done:
             conditions = _set_condition(
@@ -251,3 +252,29 @@ class WorkloadControllers(TtlAfterFinished):
             )
         status["conditions"] = conditions
         self._write_status(PYTORCHJOBS, job, status)
+
+
+def failure_action(rules: list[dict[str, Any]], pod: dict[str, Any]) -> str:
+    """What a Job's pod failure policy does with a failed pod: the first rule that matches it
+    (pkg/controller/job/pod_failure_policy.go matchPodFailurePolicy: onExitCodes against each
+    container's exit code, 0 never matching; onPodConditions against the pod's conditions,
+    status True unless the pattern says); `Count` when none does."""
+    status = pod.get("status") or {}
+    codes = [
+        (cs.get("name"), ((cs.get("state") or {}).get("terminated") or {}).get("exitCode"))
+        for cs in status.get("containerStatuses") or []
+    ]
+    conditions = {(c.get("type"), c.get("status")) for c in status.get("conditions") or []}
+    for rule in rules:
+        exits = rule.get("onExitCodes")
+        if exits:
+            wanted = set(exits.get("values") or [])
+            for name, code in codes:
+                if code in (None, 0) or exits.get("containerName") not in (None, name):
+                    continue
+                if (code in wanted) == (exits.get("operator") == "In"):
+                    return str(rule.get("action"))
+        for pattern in rule.get("onPodConditions") or []:
+            if (pattern.get("type"), pattern.get("status", "True")) in conditions:
+                return str(rule.get("action"))
+    return "Count"

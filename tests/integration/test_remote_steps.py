@@ -259,6 +259,7 @@ def test_a_copy_that_lost_its_node_and_stays_pending_is_requeued(
         )
     )
     wait_for(lambda: ready() == 1)
+    assert not status().get("failed")  # a disruption: not counted against its backoffLimit
     with sessions() as s:
         remote_steps.follow(s, out)
     clock.advance(STUCK_PENDING)

@@ -281,3 +281,67 @@ def test_pods_run_on_the_sandbox_clock() -> None:
         clock.advance(timedelta(seconds=1))
         wait_for(lambda: core.read_namespaced_pod("timed", "default").status.phase == "Succeeded")
         api.close()
+
+
+IGNORE_DISRUPTIONS = {
+    "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+}
+
+
+def test_a_disruption_ignored_by_the_jobs_pod_failure_policy_is_not_counted(kube: Any) -> None:
+    """Pod GC fails the pods of a deleted node with DisruptionTarget (reason DeletionByPodGC;
+    kubernetes pkg/controller/podgc/gc_controller.go gcOrphaned), and a podFailurePolicy rule
+    that ignores it keeps the failure out of backoffLimit (pkg/controller/job/
+    pod_failure_policy.go matchPodFailurePolicy): the Job makes another pod, which runs when a
+    node comes. Without the rule, backoffLimit 0 fails the Job (the test above)."""
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_node(gpu_node("spot-1"))
+    batch.create_namespaced_job(
+        "default",
+        {
+            "metadata": {"name": "kept"},
+            "spec": {
+                "backoffLimit": 0,
+                "podFailurePolicy": IGNORE_DISRUPTIONS,
+                "template": pod_spec(seconds="1h"),
+            },
+        },
+    )
+
+    def phases() -> list[str]:
+        return sorted(p.status.phase for p in core.list_namespaced_pod("default").items)
+
+    wait_for(lambda: phases() == ["Running"])
+    core.delete_node("spot-1")
+    wait_for(lambda: phases() == ["Failed", "Pending"])
+    (lost,) = [p for p in core.list_namespaced_pod("default").items if p.status.phase == "Failed"]
+    disruption = next(c for c in lost.status.conditions if c.type == "DisruptionTarget")
+    assert (disruption.status, disruption.reason) == ("True", "DeletionByPodGC")
+    core.create_node(gpu_node("spot-2"))
+    wait_for(lambda: phases() == ["Failed", "Running"])
+    status = batch.read_namespaced_job("kept", "default").status
+    assert not status.failed and not any(c.type == "Failed" for c in status.conditions or [])
+
+
+def test_a_failjob_rule_fails_the_job_at_its_first_match(kube: Any) -> None:
+    """An exit code a FailJob rule names fails the Job at once, whatever backoffLimit leaves
+    (reason PodFailurePolicy); exit code 0 never matches an onExitCodes rule."""
+    core, batch = client.CoreV1Api(kube), client.BatchV1Api(kube)
+    core.create_node(gpu_node("gpu-9"))
+    template = pod_spec()
+    template["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "42"
+    policy = {"rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
+    batch.create_namespaced_job(
+        "default",
+        {
+            "metadata": {"name": "bad"},
+            "spec": {"backoffLimit": 6, "podFailurePolicy": policy, "template": template},
+        },
+    )
+
+    def failed() -> Any:
+        conditions = batch.read_namespaced_job("bad", "default").status.conditions or []
+        return next((c for c in conditions if c.type == "Failed"), None)
+
+    assert wait_for(failed).reason == "PodFailurePolicy"
+    assert len(core.list_namespaced_pod("default").items) == 1  # no second try

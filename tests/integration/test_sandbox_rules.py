@@ -81,6 +81,19 @@ def test_job_create_validation(kube: Any) -> None:
     empty["spec"]["template"]["spec"]["containers"] = []
     body = refused(lambda: batch.create_namespaced_job("default", empty))
     assert "spec.template.spec.containers: Required value" in body["message"]
+    # A pod failure policy needs restartPolicy Never (the Job's CEL rule, "only \"Never\" is
+    # supported when podFailurePolicy is specified"), and podReplacementPolicy Failed if set.
+    ignore = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    on_failure = job("onfailure", podFailurePolicy=ignore)
+    on_failure["spec"]["template"]["spec"]["restartPolicy"] = "OnFailure"
+    body = refused(lambda: batch.create_namespaced_job("default", on_failure))
+    assert (
+        'spec.template.spec.restartPolicy: Invalid value: "OnFailure": only "Never" is supported '
+        "when podFailurePolicy is specified" in body["message"]
+    )
+    replaced = job("replaced", podFailurePolicy=ignore, podReplacementPolicy="TerminatingOrFailed")
+    body = refused(lambda: batch.create_namespaced_job("default", replaced))
+    assert "spec.podReplacementPolicy" in body["message"]
     manual = job("manual", manualSelector=True, selector={"matchLabels": {"app": "x"}})
     manual["spec"]["template"]["metadata"]["labels"] = {"app": "x"}
     assert batch.create_namespaced_job("default", manual).spec.manual_selector

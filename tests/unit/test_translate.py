@@ -348,3 +348,21 @@ def test_kueue_and_the_users_ttl_stay_on_prem() -> None:
 def test_an_allow_listed_pull_secret_is_copied() -> None:
     t = run(job(imagePullSecrets=[{"name": "wandb-api-key"}]))
     assert t.safe and t.secrets == ["wandb-api-key"]
+
+
+def test_a_copy_ignores_disruptions_ahead_of_the_users_own_rules_where_the_api_allows() -> None:
+    """A reclaimed spot node fails its pods (pod GC marks them DisruptionTarget), and each counted
+    against the user's backoffLimit: enough reclaims failed a job that had done nothing wrong.
+    The copy's pod failure policy ignores them first; where the API server refuses a policy
+    (restartPolicy OnFailure, podReplacementPolicy TerminatingOrFailed) the copy has none."""
+    ignore = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert run(job()).remote["spec"]["podFailurePolicy"] == {"rules": [ignore]}
+    own = job()
+    fail = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}
+    own["spec"]["podFailurePolicy"] = {"rules": [fail]}
+    assert run(own).remote["spec"]["podFailurePolicy"] == {"rules": [ignore, fail]}
+    assert own["spec"]["podFailurePolicy"] == {"rules": [fail]}  # the user's object untouched
+    assert "podFailurePolicy" not in run(job(restartPolicy="OnFailure")).remote["spec"]
+    replacing = job()
+    replacing["spec"]["podReplacementPolicy"] = "TerminatingOrFailed"
+    assert "podFailurePolicy" not in run(replacing).remote["spec"]
