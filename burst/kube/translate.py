@@ -127,11 +127,8 @@ def _ignore_disruptions(spec: dict[str, Any]) -> None:
     """The copy's pod failure policy ignores disruptions, ahead of the user's own rules. The API
     server allows a policy only with restartPolicy Never and podReplacementPolicy Failed (or
     unset): with OnFailure, or another replacement policy, the copy stays as the user wrote it."""
-    pod = (spec.get("template") or {}).get("spec") or {}
-    if pod.get("restartPolicy") != "Never" or spec.get("podReplacementPolicy") not in (
-        None,
-        "Failed",
-    ):
+    never = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "Never"
+    if not never or spec.get("podReplacementPolicy") not in (None, "Failed"):
         return
     policy = spec.get("podFailurePolicy") or {}
     spec["podFailurePolicy"] = {
