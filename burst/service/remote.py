@@ -4,10 +4,10 @@ dispatch backs. Each workload and each target stands alone: a refusal (403, 422)
 cluster fails that one and is logged, never the pass; a target that has not answered for its grace
 period has its workloads requeued on-prem.
 
-A copy that vanished without an outcome, or that sits Pending past STUCK_PENDING (never started,
-or Pending again since its node went), is requeued too; a stuck copy is deleted first (were it to
-start after the local job resumed, the job would run twice). The copies of a requeued workload and the Secrets and ConfigMaps burst copied are removed
-by `collect`, which the service runs on the orphan-GC schedule; the plan may send it again.
+A copy that vanished without an outcome or sits Pending past STUCK_PENDING (never started, or
+again since its node went) is requeued too, for the plan to send again; a stuck copy is deleted
+first (were it to start after the local job resumed, the job would run twice). `collect` removes
+a requeued workload's copies and the Secrets and ConfigMaps burst copied, on the orphan-GC schedule.
 
 Cost: the rows come in a few queries for all workloads, the copies from a watch (or one list) per
 cluster; only workloads that change are written, together, each in a savepoint.
