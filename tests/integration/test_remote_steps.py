@@ -21,13 +21,13 @@ from burst.kube.copies import CopyKey, RemoteCopies
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, Replicator
 from burst.kube.sync import RemoteHealth, Syncer
-from burst.sandbox import gpu_node
 from burst.service.remote import STUCK_PENDING, Outcomes, RemoteSteps
 from burst.store import database
 from burst.store.tables import Dispatch, Pool, Workload
 from tests.conftest import ROOT, wait_for
 from tests.integration.test_replicate_sync import (
     POOL,
+    pool_node,
     remote,
     remote_cluster,
     setup_local,
@@ -249,15 +249,7 @@ def test_a_copy_that_lost_its_node_and_stays_pending_is_requeued(
     reclaim()
     # A replacement comes within the limit: the next pod runs there, and nothing is requeued.
     clock.advance(timedelta(minutes=20))
-    remote.core.create_node(
-        gpu_node(
-            "pool-node-1",
-            "Tesla-V100-SXM2-16GB",
-            gpus=8,
-            labels={"burst.dev/pool": POOL},
-            taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
-        )
-    )
+    remote.core.create_node(pool_node())
     wait_for(lambda: ready() == 1)
     assert not status().get("failed")  # a disruption: not counted against its backoffLimit
     with sessions() as s:

@@ -28,20 +28,22 @@ def remote_cluster() -> Iterator[Sandbox]:
     sandbox.stop()
 
 
+def pool_node() -> dict[str, Any]:
+    """The pool's node, as the cloud registers it: pool label and GPU taint."""
+    return gpu_node(
+        "pool-node-1",
+        "Tesla-V100-SXM2-16GB",
+        gpus=8,
+        labels={"burst.dev/pool": POOL},
+        taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
+    )
+
+
 @pytest.fixture
 def remote(remote_cluster: Sandbox) -> Iterator[KubeObjects]:
     remote_cluster.reset()
     api = client.ApiClient(client.Configuration(host=remote_cluster.url))
-    # The pool's node, as the cloud registers it: pool label and GPU taint.
-    client.CoreV1Api(api).create_node(
-        gpu_node(
-            "pool-node-1",
-            "Tesla-V100-SXM2-16GB",
-            gpus=8,
-            labels={"burst.dev/pool": POOL},
-            taints=[{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}],
-        )
-    )
+    client.CoreV1Api(api).create_node(pool_node())
     yield KubeObjects(api)
     api.close()
 
