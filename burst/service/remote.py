@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from datetime import timedelta
+from typing import Any
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -37,6 +37,7 @@ from burst.kube.replicate import DispatchResult, KubeObjects, Replicator
 from burst.kube.sync import RemoteHealth, Syncer
 from burst.kube.translate import remote_name
 from burst.money import ledger
+from burst.service.dispatches import Followed, followed, joined, load
 from burst.store.tables import Dispatch as DispatchRow
 from burst.store.tables import Pool, Workload
 
@@ -209,7 +210,7 @@ class RemoteSteps(ClusterSteps):
         one after the other took minutes: each is several API calls); the records are written
         here, in order, as each one's calls return."""
         ready = []
-        for d, w, pool in _joined(s, "planned"):
+        for d, w, pool in joined(s, "planned"):
             if pool.state in GONE:  # the pool never came, or went (its cluster lost): requeue
                 d.state, w.state = "cancelled", "pending"
                 w.state_reason = f"pool {pool.name} {pool.state}: {pool.state_reason}"
@@ -320,7 +321,7 @@ class RemoteSteps(ClusterSteps):
         """Mirror each dispatched copy back; finish, requeue or clean up as it tells. The
         dispatches come with their workloads and pools in one query, their costs in another,
         and each cluster's copies in one list per kind."""
-        rows = _followed(s)
+        rows = followed(s)
         if not rows:
             return
         costs = ledger.dispatched_costs(s)
@@ -341,7 +342,7 @@ class RemoteSteps(ClusterSteps):
     def requeue_gone(self, s: Session, out: Outcomes) -> None:
         """The copies whose pools the cloud has deleted since the follow step (those of a
         cluster silent past its grace): their originals resume here now."""
-        for f in _followed(s):
+        for f in followed(s):
             if f.pool_state in GONE:
                 self._requeue_gone(s, f, out)
         s.commit()
@@ -352,9 +353,7 @@ class RemoteSteps(ClusterSteps):
         beyond burst's reach (a throttled cloud API delays the resume, never lets both run)."""
         lost = self.health.lost(f.target)
         why = f"{f.target} stopped answering" if lost else f"its pool {f.pool} was deleted"
-        self._isolated(
-            s, f, "requeue", lambda: self._requeue(s, *_load(s, f), why, out), asks=False
-        )
+        self._isolated(s, f, "requeue", lambda: self._requeue(s, *load(s, f), why, out), asks=False)
 
     def _follow_one(
         self,
@@ -369,7 +368,7 @@ class RemoteSteps(ClusterSteps):
         obj = self._local(f)
         if obj is None:  # the user deleted it: the remote copy goes too
             remote.delete(f.kind, f.remote_namespace, f.remote_name)
-            d, w = _load(s, f)
+            d, w = load(s, f)
             d.state, w.state, d.updated_at = "done", "cancelled", self.clock.now()
             self._changes += 1
             return
@@ -384,21 +383,21 @@ class RemoteSteps(ClusterSteps):
         )
         phase = update.annotations.get(f"{self.syncer.prefix}remote-phase")
         if update.finished is not None:
-            d, w = _load(s, f)
+            d, w = load(s, f)
             d.state, w.state, d.updated_at = "done", update.finished, self.clock.now()
             out.finished.append(f"{f.namespace}/{f.name}")
             self._changes += 1
         elif phase == "missing":
             why = f"its copy {f.remote_namespace}/{f.remote_name} vanished"
-            self._requeue(s, *_load(s, f), why, out)
+            self._requeue(s, *load(s, f), why, out)
         elif phase == "running" and f.state_reason != "ran":
-            d, _ = _load(s, f)
+            d, _ = load(s, f)
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
             self._changes += 1
         elif phase == "pending" and f.state_reason == "ran":
             # Its node went (a spot reclaim: pod GC fails a deleted node's pods, kubernetes
             # pkg/controller/podgc gcOrphaned); the Job's next pod waits, stuck if none comes.
-            d, _ = _load(s, f)
+            d, _ = load(s, f)
             d.state_reason, d.updated_at = LOST_NODE, self.clock.now()
             self._changes += 1
         elif phase == "pending" and self.clock.now() - f.updated_at > STUCK_PENDING:
@@ -406,7 +405,7 @@ class RemoteSteps(ClusterSteps):
             remote.delete(f.kind, f.remote_namespace, f.remote_name)
             lost = "lost its node and " if f.state_reason == LOST_NODE else ""
             why = f"its copy {lost}sat Pending over {STUCK_PENDING} on {f.target}"
-            self._requeue(s, *_load(s, f), why, out)
+            self._requeue(s, *load(s, f), why, out)
 
     def stop(self, s: Session, d: DispatchRow, w: Workload, why: str, out: Outcomes) -> None:
         """Stop a running copy and requeue its workload. The copy goes first (resumed here
@@ -434,67 +433,3 @@ class RemoteSteps(ClusterSteps):
             extra={"workload": f"{w.namespace}/{w.name}", "reason": why},
         )
         self._changes += 1
-
-
-def _joined(s: Session, state: str) -> list[tuple[DispatchRow, Workload, Pool]]:
-    """The dispatches in `state` with their workloads and pools, in one query."""
-    rows = s.execute(
-        select(DispatchRow, Workload, Pool)
-        .join(Workload, Workload.id == DispatchRow.workload_id)
-        .join(Pool, Pool.id == DispatchRow.pool_id)
-        .where(DispatchRow.state == state)
-        .order_by(DispatchRow.id)
-    ).all()
-    return [(d, w, p) for d, w, p in rows]
-
-
-class Followed(NamedTuple):
-    """A dispatched copy as a steady pass needs it: plain columns, no ORM objects."""
-
-    id: int
-    workload_id: int
-    target: str
-    remote_namespace: str
-    remote_name: str
-    state_reason: str | None
-    updated_at: datetime
-    uid: str
-    kind: str
-    namespace: str
-    name: str
-    pool: str
-    pool_state: str
-
-
-def _followed(s: Session) -> list[Followed]:
-    """Every dispatched copy with its workload and pool, in one query of plain columns (tens of
-    thousands of ORM objects a pass cost more than the query)."""
-    rows = s.execute(
-        select(
-            DispatchRow.id,
-            DispatchRow.workload_id,
-            DispatchRow.target,
-            DispatchRow.remote_namespace,
-            DispatchRow.remote_name,
-            DispatchRow.state_reason,
-            DispatchRow.updated_at,
-            Workload.uid,
-            Workload.kind,
-            Workload.namespace,
-            Workload.name,
-            Pool.name,
-            Pool.state,
-        )
-        .join(Workload, Workload.id == DispatchRow.workload_id)
-        .join(Pool, Pool.id == DispatchRow.pool_id)
-        .where(DispatchRow.state == "dispatched")
-        .order_by(DispatchRow.id)
-    )
-    return [Followed._make(row) for row in rows]
-
-
-def _load(s: Session, f: Followed) -> tuple[DispatchRow, Workload]:
-    """The rows of a copy that changed state, to write to."""
-    d, w = s.get(DispatchRow, f.id), s.get(Workload, f.workload_id)
-    assert d is not None and w is not None
-    return d, w
