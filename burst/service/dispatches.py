@@ -42,6 +42,7 @@ class Followed(NamedTuple):
     name: str
     pool: str
     pool_state: str
+    pool_capacity: str
 
 
 def followed(s: Session) -> list[Followed]:
@@ -62,6 +63,7 @@ def followed(s: Session) -> list[Followed]:
             Workload.name,
             Pool.name,
             Pool.state,
+            Pool.capacity,
         )
         .join(Workload, Workload.id == DispatchRow.workload_id)
         .join(Pool, Pool.id == DispatchRow.pool_id)

@@ -4,8 +4,9 @@ dispatch backs. Each workload and each target stands alone: a refusal (403, 422)
 cluster fails that one and is logged, never the pass; a target that has not answered for its grace
 period has its workloads requeued on-prem.
 
-A copy that vanished without an outcome or sits Pending past STUCK_PENDING (never started, or
-again since its node went) is requeued too, for the plan to send again; a stuck copy is deleted
+A copy that vanished without an outcome, Pending again after its spot node was reclaimed, or
+Pending past STUCK_PENDING (never started, or again since its node went) is requeued too, for the
+plan to send again; a stuck copy is deleted
 first (were it to start after the local job resumed, the job would run twice). `collect` removes
 a requeued workload's copies and the Secrets and ConfigMaps burst copied, on the orphan-GC schedule.
 
@@ -394,9 +395,15 @@ class RemoteSteps(ClusterSteps):
             d, _ = load(s, f)
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
             self._changes += 1
+        elif phase == "pending" and f.state_reason == "ran" and f.pool_capacity == "spot":
+            # Reclaimed (pod GC fails a deleted node's pods, kubernetes pkg/controller/podgc
+            # gcOrphaned): on the next spot node it would start from scratch, and be reclaimed
+            # again; the decision places it again, off spot.
+            remote.delete(f.kind, f.remote_namespace, f.remote_name)
+            why = f"its spot node was reclaimed on {f.target}"
+            self._requeue(s, *load(s, f), why, out)
         elif phase == "pending" and f.state_reason == "ran":
-            # Its node went (a spot reclaim: pod GC fails a deleted node's pods, kubernetes
-            # pkg/controller/podgc gcOrphaned); the Job's next pod waits, stuck if none comes.
+            # Its node went; the Job's next pod waits for another, stuck if none comes.
             d, _ = load(s, f)
             d.state_reason, d.updated_at = LOST_NODE, self.clock.now()
             self._changes += 1

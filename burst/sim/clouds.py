@@ -1,9 +1,8 @@
 """The simulated clouds, as providers/sim.py behaves: pools launched with log-normal latency per
 cloud, launches refused for capacity or failing as a whole, spot nodes interrupted (their jobs go
-back to the queue as a lost copy's workload does, offered no spot again; in the service the copy's
-Job may instead start its pod again on the node that replaces the one reclaimed, which this model
-leaves out), the remote autoscaler removing nodes left empty; jobs planned onto a pool start when
-it has room. Each node is billed from request to end under its cloud's billing rule, split into
+back to the queue, offered no spot again, as the service requeues a copy whose spot node was
+reclaimed), the remote autoscaler removing nodes left empty; jobs planned onto a pool start when it
+has room. Each node is billed from request to end under its cloud's billing rule, split into
 overhead (before it is ready), idle (GPU time no job used) and use."""
 
 from __future__ import annotations

@@ -73,9 +73,10 @@ def planned(
     gpus: int = 2,
     namespace: str = "cms-ml",
     runs: str = "0.3s",
+    capacity: str = "on-demand",
 ) -> Dispatch:
     """A burstable Job on-prem, whose pods run for `runs` in the sandbox, and its planned
-    dispatch onto a ready pool."""
+    dispatch onto a ready pool of `capacity`."""
     pods = template()
     pods["metadata"]["annotations"]["sandbox.burst.dev/duration"] = runs
     pods["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
@@ -95,7 +96,7 @@ def planned(
         provider="azure",
         region="eastus",
         instance_type="Standard_NC4as_T4_v3",
-        capacity="on-demand",
+        capacity=capacity,
         accelerator="V100",
         gpus_per_node=8,
         nodes_desired=1,
@@ -268,6 +269,39 @@ def test_a_copy_that_lost_its_node_and_stays_pending_is_requeued(
         remote_steps.follow(s, out)
         (row,) = s.query(Workload)
     assert out.requeued == ["cms-ml/reclaimed"] and row.state == "requeued"
+    assert remote.read("Job", "burst-cms-ml", name) is None  # gone before the job resumed
+
+
+def test_a_copy_whose_spot_node_is_reclaimed_is_requeued_at_once(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """On spot, the Job's next pod would run again from scratch on the node that replaces the one
+    reclaimed, and again after the next reclaim: a run longer than spot lets a node live never
+    ended (the replay's 200-hour run lost nineteen times). A copy Pending again after it ran on a
+    spot pool goes back to the decision at once, which offers it no spot again."""
+    setup_local(kube)
+    clock = FakeClock()
+    with sessions() as s:
+        planned(kube, s, "reclaimed", clock, runs="1h", capacity="spot")
+    remote_steps = steps(kube, {TARGET: remote}, clock)
+    out = Outcomes()
+    with sessions() as s:
+        remote_steps.dispatch_ready(s, out)
+        (name,) = [d.remote_name for d in s.query(Dispatch)]
+
+    def status() -> dict[str, Any]:
+        return dict((remote.read("Job", "burst-cms-ml", name) or {}).get("status") or {})
+
+    wait_for(lambda: status().get("ready") == 1)
+    with sessions() as s:
+        remote_steps.follow(s, out)  # seen running
+    remote.core.delete_node("pool-node-1")
+    wait_for(lambda: not status().get("ready") and status().get("active"))
+    with sessions() as s:
+        remote_steps.follow(s, out)
+        (row,) = s.query(Workload)
+    assert out.requeued == ["cms-ml/reclaimed"] and row.state == "requeued"
+    assert "spot node was reclaimed" in (row.state_reason or "")
     assert remote.read("Job", "burst-cms-ml", name) is None  # gone before the job resumed
 
 
