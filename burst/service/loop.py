@@ -330,12 +330,14 @@ def _fresh_names(s: Session, actions: Sequence[Action]) -> list[Action]:
     pool once had (pool names are unique for ever: bills and the ledger find pools by them) moves
     on to the next free generation, in the plan's dispatches too."""
     renamed: dict[str, str] = {}
+    planned = {a.pool for a in actions if isinstance(a, CreatePool)}  # not free either
     for a in actions:
         if isinstance(a, CreatePool) and s.scalar(select(Pool.id).where(Pool.name == a.pool)):
             stem, _, _ = a.pool.rpartition("-")
             taken = set(s.scalars(select(Pool.name).where(Pool.name.startswith(f"{stem}-"))))
+            taken |= planned | set(renamed.values())
             generation = 1
-            while f"{stem}-{generation}" in taken or f"{stem}-{generation}" in renamed.values():
+            while f"{stem}-{generation}" in taken:
                 generation += 1
             renamed[a.pool] = f"{stem}-{generation}"
     if not renamed:
