@@ -195,8 +195,7 @@ class CloudPools(OnPremQueue):
             self._release(pool, i)
             self._unhold(i, pool)
             self.jobs[i].restarts += 1
-            self.requeued.add(i)
-            self.queued_as.pop(i, None)
+            self.queued_as.pop(i, None)  # seen again as a lost copy's workload (views.py)
         for node in nodes:
             self._end_node(pool, node)
         for i in victims:  # back in their place in the queue; the policy decides again

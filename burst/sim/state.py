@@ -228,9 +228,6 @@ class WorldState:
         # heaps of (submit, index) per product: strict FIFO
         self.queues: dict[str, list[tuple[int, int]]] = {p: [] for p in onprem}
         self.never_fits: set[int] = set()  # too big for on-prem: only a cloud can run them
-        # Jobs whose run in a cloud was lost (a spot reclaim, a pool gone under it): the
-        # decision sees them as the service's requeued workloads (`Workload.lost_copy`).
-        self.requeued: set[int] = set()
         self.waiting: set[int] = set()  # every queued job (index order is submit order)
         # ... and the same jobs kept sorted as they come and go (queue.py), so that a decision
         # reads the queue in order without sorting it: those that fit on-prem, then the rest.

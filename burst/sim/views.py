@@ -100,7 +100,7 @@ class Views(CloudPools):
         w = self.workload(i)
         if self.jobs[i].planned_pool is not None:
             w = replace(w, phase="planned")
-        if i in self.requeued:  # a copy of it was lost, as the service's loop tells the plan
+        if self.jobs[i].restarts:  # a run of it was lost, as the service's loop tells the plan
             w = replace(w, lost_copy=True)
         self.queued_as[i] = w
         return w
