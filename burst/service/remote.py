@@ -6,9 +6,9 @@ period has its workloads requeued on-prem.
 
 A copy that vanished without an outcome, Pending again after its spot node was reclaimed, or
 Pending past STUCK_PENDING (never started, or again since its node went) is requeued too, for the
-plan to send again; a stuck copy is deleted
-first (were it to start after the local job resumed, the job would run twice). `collect` removes
-a requeued workload's copies and the Secrets and ConfigMaps burst copied, on the orphan-GC schedule.
+plan to send again; a copy still there is deleted first (were it to start after the local job
+resumed, the job would run twice). `collect` removes a requeued workload's copies and the Secrets
+and ConfigMaps burst copied, on the orphan-GC schedule.
 
 Cost: the rows come in a few queries for all workloads, the copies from a watch (or one list) per
 cluster; only workloads that change are written, together, each in a savepoint.
@@ -399,20 +399,24 @@ class RemoteSteps(ClusterSteps):
             # Reclaimed (pod GC fails a deleted node's pods, kubernetes pkg/controller/podgc
             # gcOrphaned): on the next spot node it would start from scratch, and be reclaimed
             # again; the decision places it again, off spot.
-            remote.delete(f.kind, f.remote_namespace, f.remote_name)
-            why = f"its spot node was reclaimed on {f.target}"
-            self._requeue(s, *load(s, f), why, out)
+            self._withdraw(s, f, remote, f"its spot node was reclaimed on {f.target}", out)
         elif phase == "pending" and f.state_reason == "ran":
             # Its node went; the Job's next pod waits for another, stuck if none comes.
             d, _ = load(s, f)
             d.state_reason, d.updated_at = LOST_NODE, self.clock.now()
             self._changes += 1
         elif phase == "pending" and self.clock.now() - f.updated_at > STUCK_PENDING:
-            # Gone first, then resumed here: a copy that started late would run beside it.
-            remote.delete(f.kind, f.remote_namespace, f.remote_name)
             lost = "lost its node and " if f.state_reason == LOST_NODE else ""
             why = f"its copy {lost}sat Pending over {STUCK_PENDING} on {f.target}"
-            self._requeue(s, *load(s, f), why, out)
+            self._withdraw(s, f, remote, why, out)
+
+    def _withdraw(
+        self, s: Session, f: Followed, remote: KubeObjects, why: str, out: Outcomes
+    ) -> None:
+        """A copy that has not finished goes, then its workload is requeued: resumed here first,
+        a copy that started late would run beside it."""
+        remote.delete(f.kind, f.remote_namespace, f.remote_name)
+        self._requeue(s, *load(s, f), why, out)
 
     def stop(self, s: Session, d: DispatchRow, w: Workload, why: str, out: Outcomes) -> None:
         """Stop a running copy and requeue its workload. The copy goes first (resumed here
