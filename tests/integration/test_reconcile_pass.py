@@ -3,7 +3,7 @@ capacity sends its workload to the next-best offer in the same pass."""
 
 from __future__ import annotations
 
-from datetime import UTC
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +11,21 @@ from kubernetes import client
 from sqlalchemy import select
 
 from burst import config
+from burst.amounts import Money
 from burst.app import reconciler_for
 from burst.clock import FakeClock
 from burst.cloud import catalog
 from burst.demo.scenario import job_manifest
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects
-from burst.model import OfferKey
+from burst.model import CreatePool, OfferKey
+from burst.model import Dispatch as DispatchAction
 from burst.sandbox import gpu_node
+from burst.service.loop import _fresh_names
 from burst.store import database
 from burst.store.tables import Dispatch, Pool
 from providers.sim import SimCloud, SimProvider, SimSettings
+from tests.builders import NOW, pool_row
 from tests.conftest import ROOT, wait_for
 
 SHIPPED = catalog.shipped()
@@ -117,42 +121,12 @@ def test_a_renamed_pool_does_not_take_the_name_of_another_the_plan_creates(tmp_p
     """A plan creating X-3 and X-4 while X-1 to X-3 were once taken renamed X-3 to X-4, the first
     free name in the database, and the pass died inserting X-4 twice (uq_pools_name; a soak).
     A renamed pool skips the names the plan itself creates; its dispatches follow it."""
-    from dataclasses import replace
-    from datetime import datetime
-
-    from burst.amounts import Money
-    from burst.model import CreatePool
-    from burst.model import Dispatch as DispatchAction
-    from burst.service.loop import _fresh_names
-
     engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
     database.upgrade(engine)
     offer = OfferKey("aws", "eu-central-1", "g6.xlarge", "on-demand", "L4", 1)
-    now = datetime(2026, 12, 3, tzinfo=UTC)
     with database.sessions(engine)() as s:
         for generation in (1, 2, 3):  # all gone: names are never reused
-            s.add(
-                Pool(
-                    name=f"sim-aws-g6-xlarge-od-{generation}",
-                    token=f"t{generation}",
-                    target="sim-aws",
-                    provider="aws",
-                    region="eu-central-1",
-                    instance_type="g6.xlarge",
-                    capacity="on-demand",
-                    accelerator="L4",
-                    gpus_per_node=1,
-                    nodes_desired=0,
-                    policy="p",
-                    state="deleted",
-                    unit_price_micros=1,
-                    currency="USD",
-                    price_source="catalog",
-                    epoch=1,
-                    created_at=now,
-                    updated_at=now,
-                )
-            )
+            s.add(pool_row(name=f"sim-aws-g6-xlarge-od-{generation}", state="deleted"))
         s.commit()
         create = CreatePool(
             "sim-aws-g6-xlarge-od-3",
@@ -164,7 +138,7 @@ def test_a_renamed_pool_does_not_take_the_name_of_another_the_plan_creates(tmp_p
             "",
             Money.zero("USD"),
         )
-        send = DispatchAction("w", "sim-aws-g6-xlarge-od-3", "sim-aws", "", Money.zero("USD"), now)
+        send = DispatchAction("w", "sim-aws-g6-xlarge-od-3", "sim-aws", "", Money.zero("USD"), NOW)
         actions = [create, replace(create, pool="sim-aws-g6-xlarge-od-4"), send]
         named = _fresh_names(s, actions)
     pools = [a.pool for a in named if isinstance(a, CreatePool)]

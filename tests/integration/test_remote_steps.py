@@ -5,6 +5,7 @@ gets a new copy, and what no active dispatch backs is collected."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -212,64 +213,83 @@ def test_a_vanished_copy_is_requeued_and_a_stuck_one_deleted_then_requeued(
     mirror.stop()
 
 
-def test_a_copy_that_lost_its_node_and_stays_pending_is_requeued(
-    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
-) -> None:
-    """A copy seen running was never taken for stuck: when its (spot) node went and no other
-    came, its Job made a new pod that stayed Pending, and the workload waited on that for ever.
-    Node gone, pod failed (kube-controller-manager's pod GC fails the pods of a deleted node), the
-    Job's next pod unschedulable: once Pending past STUCK_PENDING since, it is requeued; a copy
-    that runs again in time is left alone."""
+@dataclass
+class RunningCopy:
+    """One burstable job of an hour dispatched to the pool's node and seen running there."""
+
+    remote: KubeObjects
+    sessions: sessionmaker[Session]
+    clock: FakeClock
+    steps: RemoteSteps
+    name: str = ""
+    out: Outcomes = field(default_factory=Outcomes)
+
+    def status(self) -> dict[str, Any]:
+        return dict((self.remote.read("Job", "burst-cms-ml", self.name) or {}).get("status") or {})
+
+    def ready(self) -> int:
+        return int(self.status().get("ready") or 0)
+
+    def follow(self) -> None:
+        with self.sessions() as s:
+            self.steps.follow(s, self.out)
+
+    def reclaim(self) -> None:
+        """The node goes, and its copy is seen Pending again (the Job's next pod)."""
+        self.remote.core.delete_node("pool-node-1")
+        wait_for(lambda: self.ready() == 0 and self.status().get("active"))
+        self.follow()
+
+    def workload(self) -> Workload:
+        with self.sessions() as s:
+            (row,) = s.query(Workload)
+            return row
+
+
+def running_copy(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session], capacity: str
+) -> RunningCopy:
     setup_local(kube)
     clock = FakeClock()
     with sessions() as s:
-        planned(kube, s, "reclaimed", clock, runs="1h")
-    remote_steps = steps(kube, {TARGET: remote}, clock)
-    out = Outcomes()
+        planned(kube, s, "reclaimed", clock, runs="1h", capacity=capacity)
+    copy = RunningCopy(remote, sessions, clock, steps(kube, {TARGET: remote}, clock))
     with sessions() as s:
-        remote_steps.dispatch_ready(s, out)
-        (name,) = [d.remote_name for d in s.query(Dispatch)]
+        copy.steps.dispatch_ready(s, copy.out)
+        (copy.name,) = [d.remote_name for d in s.query(Dispatch)]
+    wait_for(lambda: copy.ready() == 1)
+    copy.follow()  # seen running
+    return copy
 
-    def status() -> dict[str, Any]:
-        return dict((remote.read("Job", "burst-cms-ml", name) or {}).get("status") or {})
 
-    def ready() -> int:
-        return int(status().get("ready") or 0)
-
-    def reclaim() -> None:
-        """The node goes, and its copy is seen Pending again (the Job's next pod)."""
-        remote.core.delete_node("pool-node-1")
-        wait_for(lambda: ready() == 0 and status().get("active"))
-        with sessions() as s:
-            remote_steps.follow(s, out)
-
-    wait_for(lambda: ready() == 1)
-    with sessions() as s:
-        remote_steps.follow(s, out)  # seen running
-    clock.advance(timedelta(minutes=40))
-    reclaim()
+def test_a_copy_that_lost_its_node_and_stays_pending_is_requeued(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """A copy seen running was never taken for stuck: when its node went and no other came, its
+    Job made a new pod that stayed Pending, and the workload waited on that for ever. Node gone,
+    pod failed (kube-controller-manager's pod GC fails the pods of a deleted node), the Job's next
+    pod unschedulable: once Pending past STUCK_PENDING since, it is requeued; a copy that runs
+    again in time is left alone. (On demand; a spot copy goes at once, below.)"""
+    copy = running_copy(kube, remote, sessions, "on-demand")
+    copy.clock.advance(timedelta(minutes=40))
+    copy.reclaim()
     # A replacement comes within the limit: the next pod runs there, and nothing is requeued.
-    clock.advance(timedelta(minutes=20))
+    copy.clock.advance(timedelta(minutes=20))
     remote.core.create_node(pool_node())
-    wait_for(lambda: ready() == 1)
-    assert not status().get("failed")  # a disruption: not counted against its backoffLimit
-    with sessions() as s:
-        remote_steps.follow(s, out)
-    clock.advance(STUCK_PENDING)
-    with sessions() as s:
-        remote_steps.follow(s, out)
-    assert out.requeued == []
-    reclaim()  # and again, with no replacement this time
-    clock.advance(STUCK_PENDING - timedelta(minutes=1))
-    with sessions() as s:
-        remote_steps.follow(s, out)
-    assert out.requeued == []
-    clock.advance(timedelta(minutes=2))
-    with sessions() as s:
-        remote_steps.follow(s, out)
-        (row,) = s.query(Workload)
-    assert out.requeued == ["cms-ml/reclaimed"] and row.state == "requeued"
-    assert remote.read("Job", "burst-cms-ml", name) is None  # gone before the job resumed
+    wait_for(lambda: copy.ready() == 1)
+    assert not copy.status().get("failed")  # a disruption: not counted against its backoffLimit
+    copy.follow()
+    copy.clock.advance(STUCK_PENDING)
+    copy.follow()
+    assert copy.out.requeued == []
+    copy.reclaim()  # and again, with no replacement this time
+    copy.clock.advance(STUCK_PENDING - timedelta(minutes=1))
+    copy.follow()
+    assert copy.out.requeued == []
+    copy.clock.advance(timedelta(minutes=2))
+    copy.follow()
+    assert copy.out.requeued == ["cms-ml/reclaimed"] and copy.workload().state == "requeued"
+    assert remote.read("Job", "burst-cms-ml", copy.name) is None  # gone before the job resumed
 
 
 def test_a_copy_whose_spot_node_is_reclaimed_is_requeued_at_once(
@@ -279,30 +299,12 @@ def test_a_copy_whose_spot_node_is_reclaimed_is_requeued_at_once(
     reclaimed, and again after the next reclaim: a run longer than spot lets a node live never
     ended (the replay's 200-hour run lost nineteen times). A copy Pending again after it ran on a
     spot pool goes back to the decision at once, which offers it no spot again."""
-    setup_local(kube)
-    clock = FakeClock()
-    with sessions() as s:
-        planned(kube, s, "reclaimed", clock, runs="1h", capacity="spot")
-    remote_steps = steps(kube, {TARGET: remote}, clock)
-    out = Outcomes()
-    with sessions() as s:
-        remote_steps.dispatch_ready(s, out)
-        (name,) = [d.remote_name for d in s.query(Dispatch)]
-
-    def status() -> dict[str, Any]:
-        return dict((remote.read("Job", "burst-cms-ml", name) or {}).get("status") or {})
-
-    wait_for(lambda: status().get("ready") == 1)
-    with sessions() as s:
-        remote_steps.follow(s, out)  # seen running
-    remote.core.delete_node("pool-node-1")
-    wait_for(lambda: not status().get("ready") and status().get("active"))
-    with sessions() as s:
-        remote_steps.follow(s, out)
-        (row,) = s.query(Workload)
-    assert out.requeued == ["cms-ml/reclaimed"] and row.state == "requeued"
+    copy = running_copy(kube, remote, sessions, "spot")
+    copy.reclaim()
+    row = copy.workload()
+    assert copy.out.requeued == ["cms-ml/reclaimed"] and row.state == "requeued"
     assert "spot node was reclaimed" in (row.state_reason or "")
-    assert remote.read("Job", "burst-cms-ml", name) is None  # gone before the job resumed
+    assert remote.read("Job", "burst-cms-ml", copy.name) is None  # gone before the job resumed
 
 
 class _Behind:
