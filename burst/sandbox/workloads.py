@@ -1,11 +1,13 @@
 """The sandbox's workload controllers: Jobs (pods from the template up to parallelism/completions,
 backoffLimit and the pod failure policy's Ignore, Count and FailJob, `suspend`, leaving alone a Job
 whose `spec.managedBy` names another controller) and
-Kubeflow PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions)."""
+Kubeflow PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions, a
+failed pod made again or the job failed as its replica's restartPolicy says)."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from burst.sandbox.base import (
@@ -191,8 +193,10 @@ class WorkloadControllers(TtlAfterFinished):
         replicas = spec.get("pytorchReplicaSpecs") or {}
         by_name = {_meta(p)["name"]: p for p in pods}
         replica_statuses: dict[str, dict[str, int]] = {}
+        failed_for_good, restarting = False, []
         for rtype, rspec in sorted(replicas.items()):
             counts = {"active": 0, "succeeded": 0, "failed": 0}
+            policy = (rspec or {}).get("restartPolicy") or "OnFailure"  # the operator's default
             for index in range(int((rspec or {}).get("replicas", 1))):
                 pod_name = f"{name}-{rtype.lower()}-{index}"
                 pod = by_name.get(pod_name)
@@ -209,11 +213,18 @@ class WorkloadControllers(TtlAfterFinished):
                 phase = (pod.get("status") or {}).get("phase")
                 key = {"Succeeded": "succeeded", "Failed": "failed"}.get(phase or "", "active")
                 counts[key] += 1
+                if phase != "Failed":
+                    continue
+                if _restarted(policy, pod, spec.get("runPolicy") or {}):
+                    self._delete(PODS, pod, "Background")  # made again at its index next time
+                    restarting.append(rtype)
+                else:
+                    failed_for_good = True
             replica_statuses[rtype] = counts
         status["replicaStatuses"] = replica_statuses
         status.setdefault("startTime", timestamp(now))
         master = replica_statuses.get("Master")
-        if any(c["failed"] for c in replica_statuses.values()):
+        if failed_for_good:
             conditions = _set_condition(
                 conditions,
                 _condition(
@@ -243,9 +254,21 @@ class WorkloadControllers(TtlAfterFinished):
                 ),
             )
             status["completionTime"] = timestamp(now)
+        elif restarting:
+            # Restarting and Running replace each other (pkg/util/status.go filterOutCondition).
+            conditions = _set_condition(
+                [c for c in conditions if c.get("type") != "Running"],
+                _condition(
+                    "Restarting",
+                    "True",
+                    "PyTorchJobRestarting",
+                    f"job {name} is restarting because {restarting[0]} replica(s) failed.",
+                    now,
+                ),
+            )
         elif any(p.get("status", {}).get("phase") == "Running" for p in pods):
             conditions = _set_condition(
-                conditions,
+                [c for c in conditions if c.get("type") != "Restarting"],
                 _condition(
                     "Running", "True", "PyTorchJobRunning", f"PyTorchJob {name} is running.", now
                 ),
@@ -278,3 +301,28 @@ def failure_action(rules: list[dict[str, Any]], pod: dict[str, Any]) -> str:
             if (pattern.get("type"), pattern.get("status", "True")) in conditions:
                 return str(rule.get("action"))
     return "Count"
+
+
+UNKNOWN_EXIT = 0xBEEF  # the operator's stand-in when its container left no exit code
+
+
+def _restarted(policy: str, pod: Mapping[str, Any], run_policy: Mapping[str, Any]) -> bool:
+    """Whether the training operator deletes a failed replica pod to make it again rather than
+    fail the PyTorchJob (kubeflow/training-operator v1.9.0): OnFailure and Always always, ExitCode
+    when the `pytorch` container's exit code is 128 or more, or unknown (pod GC fails a deleted
+    node's pods without one), as retryable (pkg/controller.v1/common/pod.go ReconcilePods,
+    pkg/util/train IsRetryableExitCode); Never fails the job (pytorchjob_controller.go
+    UpdateJobStatus). A backoffLimit of 0 fails it on any failed pod: the PyTorchJob
+    controller's work queue never counts a retry (pkg/controller.v1/common/job.go)."""
+    if run_policy.get("backoffLimit") == 0:
+        return False
+    if policy in ("OnFailure", "Always"):
+        return True
+    if policy != "ExitCode":
+        return False
+    code = UNKNOWN_EXIT
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated")
+        if cs.get("name") == "pytorch" and terminated is not None:
+            code = int(terminated.get("exitCode", 0))
+    return code >= 128

@@ -226,6 +226,56 @@ def test_the_training_operator_deletes_a_finished_pytorchjob_after_its_ttl(kube:
 
 
 @pytest.mark.parametrize(
+    ("policy", "code", "backoff", "restarted"),
+    [
+        ("Never", "1", None, False),
+        ("OnFailure", "1", None, True),
+        ("ExitCode", "1", None, False),  # 1-127: a permanent error
+        ("ExitCode", "137", None, True),  # 128-255: retryable (killed, as on a reclaimed node)
+        ("OnFailure", "1", 0, False),
+    ],
+)
+def test_the_training_operator_makes_a_failed_replica_pod_again_as_its_restart_policy_says(
+    kube: Any, policy: str, code: str, backoff: int | None, restarted: bool
+) -> None:
+    """kubeflow/training-operator v1.9.0: a Failed replica pod is deleted and made again at its
+    index, the job Restarting, under OnFailure or Always, or ExitCode with a code of 128 or more
+    (pkg/controller.v1/common/pod.go ReconcilePods, pkg/util/train IsRetryableExitCode); under
+    Never, or ExitCode with a lower code, the PyTorchJob fails (pytorchjob_controller.go
+    UpdateJobStatus); with runPolicy.backoffLimit 0 any failed pod fails it (common/job.go)."""
+    core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
+    core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+    made = pytorchjob("flaky", {} if backoff is None else {"backoffLimit": backoff})
+    del made["spec"]["notInTheSchema"]
+    master = made["spec"]["pytorchReplicaSpecs"]["Master"]
+    master["restartPolicy"] = policy
+    master["template"]["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = code
+    master["template"]["spec"]["containers"][0]["name"] = "pytorch"  # whose code the operator reads
+    custom.create_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", made)
+    selector = "training.kubeflow.org/job-name=flaky"
+    seen: set[str] = set()
+
+    def conditions() -> dict[str, str]:
+        for p in core.list_namespaced_pod("default", label_selector=selector).items:
+            seen.add(p.metadata.uid)
+        job = custom.get_namespaced_custom_object(
+            "kubeflow.org", "v1", "default", "pytorchjobs", "flaky"
+        )
+        return {c["type"]: c["status"] for c in (job.get("status") or {}).get("conditions", [])}
+
+    if restarted:
+        wait_for(lambda: len(seen) >= 3 if conditions() else False, timeout=15)
+        assert conditions().get("Failed") != "True"
+        assert [p.metadata.name for p in core.list_namespaced_pod("default").items] in (
+            [],
+            ["flaky-master-0"],
+        )
+    else:
+        wait_for(lambda: conditions().get("Failed") == "True", timeout=15)
+        assert len(seen) == 1 and "Restarting" not in conditions()
+
+
+@pytest.mark.parametrize(
     ("operator", "kept"),
     [("v1.6", set()), ("v1.8", {"suspend"}), ("v1.9", {"suspend", "managedBy"})],
 )
