@@ -108,6 +108,9 @@ class Workload:
     # A copy of it in a cloud was lost (its node reclaimed, its pool or cluster gone): it may
     # burst again, but not onto spot where the policy leaves the choice to the decision.
     lost_copy: bool = False
+    # A node lost under its copy would fail it (kube/translate.py fails_on_reclaim): no spot for
+    # it either, on the same terms.
+    fails_on_reclaim: bool = False
 
     @property
     def gpus(self) -> int:

@@ -172,9 +172,10 @@ def spot_allowed(
     placement = want.policy.spec.placement
     if placement.capacity == "on-demand":
         return False
-    if want.w.lost_copy and placement.capacity != "spot":
+    if (want.w.lost_copy or want.w.fails_on_reclaim) and placement.capacity != "spot":
         # Its run was cut short once; on spot it may be again, and start again from scratch (a
-        # replay sent a run of 200 hours back to spot nineteen times).
+        # replay sent a run of 200 hours back to spot nineteen times). Or a reclaim would fail
+        # the job, which on-prem would have run.
         return False
     if (
         placement.max_spot_delay is not None

@@ -23,6 +23,7 @@ from burst.kube.annotations import LONGEST, parse_time, read_annotations
 from burst.kube.events import EventRecorder
 from burst.kube.quantity import quantity
 from burst.kube.shapes import GPU, PodShape, catalog_gpu, workload_shape
+from burst.kube.translate import fails_on_reclaim
 from burst.kube.watch import Obj, ResourceCache, meta_of, onprem_caches
 from burst.model import (
     GPU_PRODUCT_LABEL,
@@ -289,6 +290,7 @@ class Observer:
                 cpu_per_pod=shape.cpu,
                 memory_gib_per_pod=shape.memory_gib,
                 quota_blocked=quota_blocked,
+                fails_on_reclaim=fails_on_reclaim(obj),
             ),
             running,
             namespace,

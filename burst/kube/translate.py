@@ -123,18 +123,39 @@ def _pin(pod: dict[str, Any], pool: str) -> None:
 IGNORE_DISRUPTION = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
 
 
-def _ignore_disruptions(spec: dict[str, Any]) -> None:
-    """The copy's pod failure policy ignores disruptions, ahead of the user's own rules. The API
-    server allows a policy only with restartPolicy Never and podReplacementPolicy Failed (or
-    unset): with OnFailure, or another replacement policy, the copy stays as the user wrote it."""
+def _disruptions_ignorable(spec: Mapping[str, Any]) -> bool:
+    """Whether a Job's copy may carry IGNORE_DISRUPTION: the API server allows a pod failure
+    policy only with restartPolicy Never and podReplacementPolicy Failed (or unset)."""
     never = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "Never"
-    if not never or spec.get("podReplacementPolicy") not in (None, "Failed"):
+    return never and spec.get("podReplacementPolicy") in (None, "Failed")
+
+
+def _ignore_disruptions(spec: dict[str, Any]) -> None:
+    """The copy's pod failure policy ignores disruptions, ahead of the user's own rules; where
+    the API server allows none, the copy stays as the user wrote it."""
+    if not _disruptions_ignorable(spec):
         return
     policy = spec.get("podFailurePolicy") or {}
     spec["podFailurePolicy"] = {
         **policy,
         "rules": [IGNORE_DISRUPTION, *(policy.get("rules") or [])],
     }
+
+
+def fails_on_reclaim(obj: Mapping[str, Any]) -> bool:
+    """Whether losing a node under its copy fails the job, rather than running the pod again:
+    a PyTorchJob with a replica whose restartPolicy is Never (the training operator fails the
+    job on a failed pod then, and makes one again under OnFailure, Always and ExitCode, a lost
+    node's pod having no exit code: kubeflow/training-operator v1.9.0 common/pod.go
+    ReconcilePods, pytorchjob_controller.go UpdateJobStatus), or a backoffLimit of 0 that a
+    disruption counts against (a PyTorchJob's always; a Job's where its copy cannot ignore
+    disruptions). Such a copy goes on no spot that the decision chooses."""
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "PyTorchJob":
+        replicas = (spec.get("pytorchReplicaSpecs") or {}).values()
+        never = any((r or {}).get("restartPolicy") == "Never" for r in replicas)
+        return never or (spec.get("runPolicy") or {}).get("backoffLimit") == 0
+    return spec.get("backoffLimit") == 0 and not _disruptions_ignorable(spec)
 
 
 def translate(

@@ -275,6 +275,40 @@ def test_the_training_operator_makes_a_failed_replica_pod_again_as_its_restart_p
         assert len(seen) == 1 and "Restarting" not in conditions()
 
 
+@pytest.mark.parametrize(("policy", "fails"), [("Never", True), ("OnFailure", False)])
+def test_a_lost_node_fails_a_pytorchjob_whose_replica_never_restarts(
+    kube: Any, policy: str, fails: bool
+) -> None:
+    """Pod GC fails a deleted node's pods (no exit code); the training operator then fails a
+    PyTorchJob whose replica's restartPolicy is Never and makes the pod again under OnFailure
+    (v1.9.0 common/pod.go ReconcilePods): a spot reclaim would fail the first
+    (kube/translate.py fails_on_reclaim keeps it off spot)."""
+    core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
+    core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+    made = pytorchjob("long", {})
+    del made["spec"]["notInTheSchema"]
+    master = made["spec"]["pytorchReplicaSpecs"]["Master"]
+    master["restartPolicy"] = policy
+    master["template"]["metadata"]["annotations"]["sandbox.burst.dev/duration"] = "1h"
+    custom.create_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs", made)
+
+    def conditions() -> dict[str, str]:
+        job = custom.get_namespaced_custom_object(
+            "kubeflow.org", "v1", "default", "pytorchjobs", "long"
+        )
+        return {c["type"]: c["status"] for c in (job.get("status") or {}).get("conditions", [])}
+
+    wait_for(lambda: conditions().get("Running") == "True")
+    core.delete_node("n0")
+    if fails:
+        wait_for(lambda: conditions().get("Failed") == "True")
+    else:
+        wait_for(lambda: conditions().get("Restarting") == "True")
+        core.create_node(gpu_node("n1", "Tesla-V100-SXM2-16GB"))
+        wait_for(lambda: conditions().get("Running") == "True")
+        assert "Failed" not in conditions() and "Restarting" not in conditions()
+
+
 @pytest.mark.parametrize(
     ("operator", "kept"),
     [("v1.6", set()), ("v1.8", {"suspend"}), ("v1.9", {"suspend", "managedBy"})],

@@ -287,7 +287,7 @@ def test_a_suspended_burstable_pytorchjob_is_pending_with_all_its_pods(kube: Any
                 "runPolicy": {"suspend": True},
                 "pytorchReplicaSpecs": {
                     "Master": {"replicas": 1, "template": template},
-                    "Worker": {"replicas": 3, "template": template},
+                    "Worker": {"replicas": 3, "template": template, "restartPolicy": "Never"},
                 },
             },
         },
@@ -305,6 +305,7 @@ def test_a_suspended_burstable_pytorchjob_is_pending_with_all_its_pods(kube: Any
         )
         assert ddp.expected_runtime == timedelta(hours=3)
         assert str(ddp.max_cost) == "250.00 CHF"
+        assert ddp.fails_on_reclaim  # its workers never restart: a reclaim would fail it
     finally:
         watch.stop()
 

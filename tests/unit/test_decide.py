@@ -262,6 +262,17 @@ CASES = [
         make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"}))),
     ),
     Case(
+        # The same slack, but a reclaim would fail the job (a PyTorchJob replica that never
+        # restarts): on demand, where on-prem it would have run.
+        "spot-if-slack-keeps-a-workload-a-reclaim-would-fail-on-demand",
+        Snapshot(
+            workloads=(workload(deadline=NOW + 20 * H, fails_on_reclaim=True),),
+            onprem=OnPrem({"V100": 0}),
+        ),
+        lambda p: offer_of(p, "w1").capacity == "on-demand",
+        make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"}))),
+    ),
+    Case(
         # A policy that allows only spot leaves no choice: it goes to spot again.
         "a-spot-only-policy-sends-a-workload-that-lost-a-copy-to-spot",
         Snapshot(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from burst.config import Replication
-from burst.kube.translate import registry_allowed, remote_name, translate
+from burst.kube.translate import fails_on_reclaim, registry_allowed, remote_name, translate
 
 RULES = Replication(
     image_registries=["registry.cern.ch", "docker.io/pytorch"],
@@ -366,3 +366,35 @@ def test_a_copy_ignores_disruptions_ahead_of_the_users_own_rules_where_the_api_a
     replacing = job()
     replacing["spec"]["podReplacementPolicy"] = "TerminatingOrFailed"
     assert "podFailurePolicy" not in run(replacing).remote["spec"]
+
+
+def pytorchjob(policies: dict[str, str | None], run_policy: dict[str, Any]) -> dict[str, Any]:
+    template = job()["spec"]["template"]
+    replicas = {
+        name: {"replicas": 1, "template": copy.deepcopy(template)}
+        | ({"restartPolicy": policy} if policy else {})
+        for name, policy in policies.items()
+    }
+    return {
+        "kind": "PyTorchJob",
+        "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": replicas},
+    }
+
+
+def test_a_job_a_lost_node_would_fail_is_known() -> None:
+    """A reclaimed node fails its pods. The training operator fails a PyTorchJob on a failed pod
+    of a Never replica, and makes it again under OnFailure (its default), Always and ExitCode (a
+    lost node's pod has no exit code, taken as retryable); a backoffLimit of 0 fails on the first.
+    A Job's copy ignores disruptions where the API server allows a pod failure policy; where it
+    does not, a backoffLimit of 0 fails it too."""
+    assert fails_on_reclaim(pytorchjob({"Master": None, "Worker": "Never"}, {}))
+    assert not fails_on_reclaim(pytorchjob({"Master": None, "Worker": "OnFailure"}, {}))
+    assert not fails_on_reclaim(pytorchjob({"Master": "ExitCode"}, {"backoffLimit": 3}))
+    assert fails_on_reclaim(pytorchjob({"Master": "OnFailure"}, {"backoffLimit": 0}))
+    never = job()
+    never["spec"]["backoffLimit"] = 0
+    assert not fails_on_reclaim(never)  # its copy ignores disruptions
+    on_failure = job(restartPolicy="OnFailure")
+    assert not fails_on_reclaim(on_failure)  # the default backoffLimit, 6, absorbs a reclaim
+    on_failure["spec"]["backoffLimit"] = 0
+    assert fails_on_reclaim(on_failure)
