@@ -268,7 +268,6 @@ class Observer:
         pending = (suspended and (burstable or kueue_held)) or bool(unschedulable) or quota_blocked
         if not pending or running:
             return _Summary(None, running, namespace)
-        deadline, max_cost = said.deadline, said.max_cost
         return _Summary(
             Workload(
                 uid=uid,
@@ -283,10 +282,10 @@ class Observer:
                 accelerator=shape.accelerator,
                 burstable=burstable,
                 labels=dict(labels),
-                deadline=deadline,
+                deadline=said.deadline,
                 expected_runtime=runtime,
                 runtime_source=source,
-                max_cost=max_cost,
+                max_cost=said.max_cost,
                 cpu_per_pod=shape.cpu,
                 memory_gib_per_pod=shape.memory_gib,
                 quota_blocked=quota_blocked,
