@@ -232,21 +232,22 @@ class ControlPlane(WorkloadControllers):
         status["conditions"] = _set_condition(
             status.get("conditions") or [], _condition("Ready", "False", "PodCompleted", "", now)
         )
-        if reason == "NodeLost":
-            status["reason"] = "NodeLost"
-            status["message"] = "the node the pod ran on was deleted"
-            # Pod GC fails an orphaned pod with this condition (pkg/controller/podgc/
-            # gc_controller.go gcOrphaned): a pod failure policy can tell it from the job's own.
-            status["conditions"] = _set_condition(
-                status["conditions"],
-                _condition(
-                    "DisruptionTarget",
-                    "True",
-                    "DeletionByPodGC",
-                    "PodGC: node no longer exists",
-                    now,
-                ),
-            )
+        self._update(PODS, {**pod, "status": status}, status=True)
+
+    def _orphaned(self, pod: Obj, now: datetime) -> None:
+        """Pod GC fails a pod whose node is gone (pkg/controller/podgc/gc_controller.go gcOrphaned,
+        markFailedAndDeletePodWithCondition): the status as its kubelet last wrote it, the phase
+        Failed and a DisruptionTarget condition, which a pod failure policy can tell from the
+        job's own failures. Its containers keep their last state: no kubelet is left to say how
+        they ended, so they have no exit code."""
+        status = copy.deepcopy(pod.get("status") or {})
+        status["phase"] = "Failed"
+        status["conditions"] = _set_condition(
+            status.get("conditions") or [],
+            _condition(
+                "DisruptionTarget", "True", "DeletionByPodGC", "PodGC: node no longer exists", now
+            ),
+        )
         self._update(PODS, {**pod, "status": status}, status=True)
 
     def _namespace(self, name: str) -> None:
@@ -274,7 +275,7 @@ class ControlPlane(WorkloadControllers):
             if (pod.get("spec") or {}).get("nodeName") == name and (pod.get("status") or {}).get(
                 "phase"
             ) not in TERMINAL:
-                self._terminate(pod, 137, "NodeLost", now)
+                self._orphaned(pod, now)
 
 
 def _seconds(text: object, default: float) -> float:

@@ -252,7 +252,11 @@ def test_deleting_a_node_fails_its_pods_like_a_spot_interruption(kube: Any) -> N
             None,
         )
     )
-    assert pod.status.reason == "NodeLost"
+    # Pod GC's mark (gcOrphaned): Failed with DisruptionTarget, its container as last seen.
+    assert [(c.type, c.reason) for c in pod.status.conditions if c.type == "DisruptionTarget"] == [
+        ("DisruptionTarget", "DeletionByPodGC")
+    ]
+    assert all(cs.state.terminated is None for cs in pod.status.container_statuses or [])
     wait_for(
         lambda: any(
             c.type == "Failed"

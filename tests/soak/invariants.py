@@ -8,9 +8,10 @@ passes only with every count at zero.
   a requeue's deletion of the copy and the original's resumption).
 - `copy_created_twice`: one copy name (one workload and attempt) seen with two object uids on
   the checker's looks.
-- `work_lost_to_burst`: a copy's pod ended NodeLost on a node that burst itself removed (a pool
-  deleted or shrunk under running work). Nodes reclaimed as spot or deleted out of band don't
-  count, nor pools burst deleted because their cluster was lost (their work was requeued first).
+- `work_lost_to_burst`: a copy's pod failed with its node (pod GC's DisruptionTarget mark) on a
+  node that burst itself removed (a pool deleted or shrunk under running work). Nodes reclaimed
+  as spot or deleted out of band don't count, nor pools burst deleted because their cluster was
+  lost (their work was requeued first).
 - `orphan_pool`: a pool tagged with the installation alive in a cloud with no live row for longer
   than `orphan_grace` (the service's, plus its collection interval) and four passes (of the
   length the replicas' metrics report lately), or any such pool left at the end.
@@ -164,7 +165,7 @@ class Checker:
         for pod in _items(client.CoreV1Api(self.remote).list_pod_for_all_namespaces):
             status, meta = pod.get("status") or {}, pod["metadata"]
             node = (pod.get("spec") or {}).get("nodeName")
-            if status.get("reason") != "NodeLost" or meta["uid"] in self._lost:
+            if not _gone_with_node(status) or meta["uid"] in self._lost:
                 continue
             self._lost.add(meta["uid"])
             pool = next((p for p in lost_with if node and node.startswith(p + "-")), None)
@@ -362,4 +363,12 @@ def _finished(obj: dict[str, Any]) -> bool:
     return any(
         c.get("type") in ("Complete", "Failed", "Succeeded") and c.get("status") == "True"
         for c in conditions
+    )
+
+
+def _gone_with_node(status: dict[str, Any]) -> bool:
+    """Whether pod GC failed the pod because its node was deleted (its DisruptionTarget mark)."""
+    return any(
+        c.get("type") == "DisruptionTarget" and c.get("reason") == "DeletionByPodGC"
+        for c in status.get("conditions") or []
     )

@@ -113,6 +113,22 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
         # The foreign pool deleted; a pool past its node cap and one too many; a budget
         # overspent; a ledger row changed behind the trigger.
         aws.delete_pool("theirs", by="burst")
+        # A copy's pod failed with a node burst removed: pod GC's mark on it (gcOrphaned).
+        (gone,) = [
+            n["name"] for p in json.loads(state.read_text())["pools"] for n in p.get("gone", [])
+        ]
+        lost = {
+            "metadata": {"name": "lost-pod"},
+            "spec": {
+                "nodeName": gone,
+                "containers": [{"name": "c", "image": "registry.cern.ch/x:1"}],
+            },
+        }
+        remote.core.create_namespaced_pod("ml", lost, _preload_content=False)
+        mark = {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}
+        remote.core.patch_namespaced_pod_status(
+            "lost-pod", "ml", {"status": {"phase": "Failed", "conditions": [mark]}}
+        )
         aws.resize_pool("kept", 2)
         aws.create_pool(
             PoolSpec(name="third", offer=OFFER, nodes=1, owner="soak", policy="p", epoch=1), "t3"
@@ -132,6 +148,7 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
             "budget_exceeded": 1,
             "cap_exceeded": 2,
             "ledger_changed": 1,
+            "work_lost_to_burst": 1,
         }
         assert {k: v for k, v in checker.violations.items() if v} == expected, checker.examples
         # At the end: pools left, their bills missing from the ledger, a malformed job nobody
