@@ -23,7 +23,7 @@ from burst.clock import Clock
 from burst.kube.copies import CopyKey
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, suspend_patch
-from burst.kube.translate import ORIGIN_INSTALLATION
+from burst.kube.translate import IGNORE_DISRUPTION, ORIGIN_INSTALLATION
 
 Phase = Literal["missing", "pending", "running", "succeeded", "failed"]
 
@@ -121,6 +121,20 @@ class StatusUpdate:
     event: tuple[Literal["Normal", "Warning"], str, str] | None
     finished: Literal["succeeded", "failed"] | None = None
     local_status: dict[str, Any] = field(default_factory=dict)
+    own_failures: int = 0  # failed pods the copy counts that no disruption caused (own_failures)
+
+
+def own_failures(remote: Mapping[str, Any] | None) -> int:
+    """How many of its pods a Job copy counts as failed that no disruption ended: with
+    IGNORE_DISRUPTION first in its pod failure policy, a lost node's pod is not counted
+    (pkg/controller/job nonIgnoredFailedPodsCount), so each one counted exited in error. 0 for a
+    copy without the rule: it restarts a failed container in place (OnFailure), and counts a lost
+    node's pod too."""
+    spec = (remote or {}).get("spec") or {}
+    rules = (spec.get("podFailurePolicy") or {}).get("rules") or []
+    if (remote or {}).get("kind") != "Job" or not rules or rules[0] != IGNORE_DISRUPTION:
+        return 0
+    return int(((remote or {}).get("status") or {}).get("failed") or 0)
 
 
 def status_update(
@@ -158,7 +172,7 @@ def status_update(
     progress: tuple[Literal["Normal", "Warning"], str, str] | None = None
     if changed and phase != "missing":
         progress = ("Normal", "BurstProgress", f"{phase} on {placement}")
-    return StatusUpdate(annotations, progress)
+    return StatusUpdate(annotations, progress, own_failures=own_failures(remote))
 
 
 class RemoteHealth:

@@ -4,8 +4,9 @@ dispatch backs. Each workload and each target stands alone: a refusal (403, 422)
 cluster fails that one and is logged, never the pass; a target that has not answered for its grace
 period has its workloads requeued on-prem.
 
-A copy that vanished without an outcome, Pending again after its spot node was reclaimed, or
-Pending past STUCK_PENDING (never started, or again since its node went) is requeued too, for the
+A copy that vanished without an outcome, Pending again after its spot node was reclaimed (with no
+failed pod of its own counted: one that has is waiting out its Job's backoff), or Pending past
+STUCK_PENDING (never started, or again since its node went) is requeued too, for the
 plan to send again; a copy still there is deleted first (were it to start after the local job
 resumed, the job would run twice). `collect` removes a requeued workload's copies and the Secrets
 and ConfigMaps burst copied, on the orphan-GC schedule.
@@ -395,15 +396,23 @@ class RemoteSteps(ClusterSteps):
             d, _ = load(s, f)
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
             self._changes += 1
-        elif phase == "pending" and f.state_reason == "ran" and f.pool_capacity == "spot":
+        elif (
+            phase == "pending"
+            and f.state_reason == "ran"
+            and f.pool_capacity == "spot"
+            and not update.own_failures
+        ):
             # Reclaimed (pod GC fails a deleted node's pods, kubernetes pkg/controller/podgc
             # gcOrphaned): on the next spot node it would start from scratch, and be reclaimed
-            # again; the decision places it again, off spot.
+            # again; the decision places it again, off spot. A copy that counts a failed pod of
+            # its own may be waiting out its Job's backoff instead: that goes as below.
             self._withdraw(s, f, remote, f"its spot node was reclaimed on {f.target}", out)
         elif phase == "pending" and f.state_reason == "ran":
-            # Its node went; the Job's next pod waits for another, stuck if none comes.
+            # Its node went, or its own pod failed and its Job waits out the backoff; either
+            # way the next pod waits, stuck if it does not start in time.
             d, _ = load(s, f)
-            d.state_reason, d.updated_at = LOST_NODE, self.clock.now()
+            d.state_reason = None if update.own_failures else LOST_NODE
+            d.updated_at = self.clock.now()
             self._changes += 1
         elif phase == "pending" and self.clock.now() - f.updated_at > STUCK_PENDING:
             lost = "lost its node and " if f.state_reason == LOST_NODE else ""

@@ -75,11 +75,13 @@ def planned(
     namespace: str = "cms-ml",
     runs: str = "0.3s",
     capacity: str = "on-demand",
+    exit_code: int = 0,
 ) -> Dispatch:
-    """A burstable Job on-prem, whose pods run for `runs` in the sandbox, and its planned
-    dispatch onto a ready pool of `capacity`."""
+    """A burstable Job on-prem, whose pods run for `runs` in the sandbox and end with
+    `exit_code`, and its planned dispatch onto a ready pool of `capacity`."""
     pods = template()
     pods["metadata"]["annotations"]["sandbox.burst.dev/duration"] = runs
+    pods["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = str(exit_code)
     pods["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
     client.BatchV1Api(kube).create_namespaced_job(
         namespace,
@@ -247,12 +249,17 @@ class RunningCopy:
 
 
 def running_copy(
-    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session], capacity: str
+    kube: Any,
+    remote: KubeObjects,
+    sessions: sessionmaker[Session],
+    capacity: str,
+    runs: str = "1h",
+    exit_code: int = 0,
 ) -> RunningCopy:
     setup_local(kube)
     clock = FakeClock()
     with sessions() as s:
-        planned(kube, s, "reclaimed", clock, runs="1h", capacity=capacity)
+        planned(kube, s, "reclaimed", clock, runs=runs, capacity=capacity, exit_code=exit_code)
     copy = RunningCopy(remote, sessions, clock, steps(kube, {TARGET: remote}, clock))
     with sessions() as s:
         copy.steps.dispatch_ready(s, copy.out)
@@ -305,6 +312,31 @@ def test_a_copy_whose_spot_node_is_reclaimed_is_requeued_at_once(
     assert copy.out.requeued == ["cms-ml/reclaimed"] and row.state == "requeued"
     assert "spot node was reclaimed" in (row.state_reason or "")
     assert remote.read("Job", "burst-cms-ml", copy.name) is None  # gone before the job resumed
+
+
+def test_a_copy_whose_own_pod_failed_on_spot_is_not_taken_for_reclaimed(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """A Job's pod that exits in error is counted in its status.failed, and its controller waits
+    out the pod-failure backoff (10 s, doubling to 10 minutes: pkg/controller/job
+    DefaultJobPodFailureBackOff) with no pod ready before it makes the next: Pending again after
+    it ran, as after a reclaim, whose pod the copy's Ignore rule leaves uncounted. Requeued as
+    reclaimed, the job's backoffLimit started again on the next attempt, and under a spot-only
+    policy a job that always fails went out again for ever. (The node is cordoned here to hold
+    the Pending spell still: the sandbox makes the next pod at once.)"""
+    copy = running_copy(kube, remote, sessions, "spot", runs="2s", exit_code=1)
+    remote.core.patch_node("pool-node-1", {"spec": {"unschedulable": True}})
+    wait_for(lambda: copy.status().get("failed") and not copy.ready(), timeout=15)
+    copy.follow()
+    assert copy.out.requeued == [] and copy.workload().state == "dispatched"
+    with sessions() as s:
+        (dispatch,) = s.query(Dispatch)
+        assert dispatch.state_reason is None  # not a lost node: stuck only past STUCK_PENDING
+    # Its next pod runs once the node takes pods again: still its first attempt.
+    remote.core.patch_node("pool-node-1", {"spec": {"unschedulable": False}})
+    wait_for(lambda: copy.ready() == 1, timeout=15)
+    copy.follow()
+    assert copy.out.requeued == []
 
 
 class _Behind:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from burst.amounts import Money
-from burst.kube.sync import remote_phase, status_update
+from burst.kube.sync import own_failures, remote_phase, status_update
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LOCAL = {"kind": "Job", "metadata": {"name": "j", "annotations": {}}}
@@ -102,3 +102,19 @@ def test_an_outcome_recorded_before_the_remote_copy_went_finishes_the_workload()
         assert again.finished == phase and again.event is None and not again.local_status
     # A copy that is missing while nothing was recorded is not an outcome.
     assert status_update(LOCAL, None, "gcp/p", None, NOW).finished is None
+
+
+def test_a_job_copy_counts_as_its_own_only_the_failures_no_disruption_caused() -> None:
+    """With the Ignore rule first, the Job controller leaves a lost node's pod out of
+    status.failed (nonIgnoredFailedPodsCount): what it counts, the pods failed on their own.
+    Without the rule, or for another kind, the count says nothing of that."""
+    ignore = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    job = {
+        "kind": "Job",
+        "spec": {"podFailurePolicy": {"rules": [ignore]}},
+        "status": {"failed": 2},
+    }
+    assert own_failures(job) == 2
+    assert own_failures({**job, "spec": {}}) == 0
+    assert own_failures({**job, "kind": "PyTorchJob"}) == 0
+    assert own_failures(None) == 0
