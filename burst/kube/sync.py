@@ -121,7 +121,7 @@ class StatusUpdate:
     event: tuple[Literal["Normal", "Warning"], str, str] | None
     finished: Literal["succeeded", "failed"] | None = None
     local_status: dict[str, Any] = field(default_factory=dict)
-    own_failures: int = 0  # failed pods the copy counts that no disruption caused (own_failures)
+    own_failures: int = 0  # failed pods the copy counts that no disruption ended (see below)
 
 
 def own_failures(remote: Mapping[str, Any] | None) -> int:
