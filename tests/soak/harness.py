@@ -143,6 +143,9 @@ class Report:
     backlog: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     pools: int = 0
     drained_s: float | None = None
+    # namespace/name of each workload still planned or dispatched when the drain ended; what its
+    # copy and pods showed then is in the workdir's undrained.json
+    undrained: list[str] = field(default_factory=list)
     latency: dict[str, Any] = field(default_factory=dict)  # see decision_latency()
     seconds: float = 0.0
 
@@ -379,8 +382,10 @@ class Soak:
                     time.sleep(wait)
                 self._create(local, job)
             self._feeding_done = True
+            self._in_flight("in_flight.json")  # what the drain starts from
             drained = self._drain(jobs)
             self.report.drained_s = drained
+            self.report.undrained = self._in_flight("undrained.json")
             self._finish(jobs)
         self.report.seconds = round(time.monotonic() - self.t0, 1)
         return self.report
@@ -442,6 +447,66 @@ class Soak:
                 return round(quiet - start, 1)
             time.sleep(1.0)
         return None
+
+    def _in_flight(self, filename: str) -> list[str]:
+        """Each workload planned or dispatched now, written to `filename` in the workdir with its
+        rows, its copy's status and its pods' phases and conditions; their namespace/names. After
+        the drain, what a run that ends undrained left (its database and clusters go with it)."""
+        with self.engine.connect() as db:
+            rows = db.execute(
+                text(
+                    "SELECT w.kind, w.namespace, w.name, w.state, d.attempt, d.state, "
+                    "d.state_reason, d.target, d.remote_namespace, d.remote_name, p.name, p.state "
+                    "FROM workloads w LEFT JOIN dispatches d ON d.workload_id = w.id "
+                    "AND d.state NOT IN ('done', 'cancelled') LEFT JOIN pools p ON p.id = d.pool_id "
+                    "WHERE w.state IN ('planned', 'dispatched')"
+                )
+            ).all()
+        left = []
+        remote = KubeObjects(self.remote)
+        for (
+            kind,
+            ns,
+            name,
+            state,
+            attempt,
+            d_state,
+            reason,
+            target,
+            r_ns,
+            r_name,
+            pool,
+            p_state,
+        ) in rows:
+            copy, pods = None, []
+            with contextlib.suppress(Exception):  # the remote cluster may be paused or gone
+                if r_ns and r_name:
+                    copy = (remote.read(kind, r_ns, r_name) or {}).get("status")
+                    pods = [
+                        {
+                            "name": pod.metadata.name,
+                            "phase": pod.status.phase,
+                            "node": pod.spec.node_name,
+                            "conditions": [
+                                (c.type, c.status, c.reason) for c in pod.status.conditions or []
+                            ],
+                        }
+                        for pod in remote.core.list_namespaced_pod(r_ns).items
+                        if (pod.metadata.name or "").startswith(r_name)
+                    ]
+            left.append(
+                {
+                    "workload": f"{ns}/{name}",
+                    "state": state,
+                    "dispatch": {"attempt": attempt, "state": d_state, "reason": reason},
+                    "copy": f"{target}/{r_ns}/{r_name}" if r_name else None,
+                    "pool": {"name": pool, "state": p_state},
+                    "copy_status": copy,
+                    "pods": pods,
+                }
+            )
+        (self.dir / filename).write_text(json.dumps(left, indent=2, default=str) + "\n")
+        return [entry["workload"] for entry in left]
 
     def _finish(self, jobs: list[feed.Job]) -> None:
         texts = [r.log.read_text(errors="replace") for r in self.replicas.values()]

@@ -5,6 +5,7 @@ that the drain ends within minutes. benchmarks/soak.py runs the long one."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,5 +29,8 @@ def test_a_short_soak_under_every_fault_keeps_every_promise(tmp_path: Path) -> N
     assert set(report.faults) == set(soak.faults()), report.faults  # every kind, at least once
     assert report.violations and not any(report.violations.values()), report.examples
     assert report.drained_s is not None, "work or pools left after the drain"
+    assert report.undrained == [], report.undrained  # and what the drain left, had it left any
+    in_flight = json.loads((tmp_path / "in_flight.json").read_text())  # when the feed stopped
+    assert in_flight and all(set(e) >= {"workload", "copy_status", "pods"} for e in in_flight)
     assert report.fed >= 200 and report.workloads.get("succeeded", 0) > 0, report.workloads
     assert report.checks > 30  # the checker looked all along, not only at the end
