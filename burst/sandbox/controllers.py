@@ -213,9 +213,11 @@ class ControlPlane(WorkloadControllers):
             ):
                 continue
             code = int((_meta(pod).get("annotations") or {}).get(EXIT_CODE, 0))
-            self._terminate(pod, code, "Completed" if code == 0 else "Error", now)
+            self._terminate(pod, code, now)
 
-    def _terminate(self, pod: Obj, code: int, reason: str, now: datetime) -> None:
+    def _terminate(self, pod: Obj, code: int, now: datetime) -> None:
+        """The kubelet ends a pod whose run is over, its containers with `code`."""
+        reason = "Completed" if code == 0 else "Error"
         status = copy.deepcopy(pod.get("status") or {})
         status["phase"] = "Succeeded" if code == 0 else "Failed"
         for cs in status.get("containerStatuses") or []:
