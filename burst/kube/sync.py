@@ -130,11 +130,11 @@ def own_failures(remote: Mapping[str, Any] | None) -> int:
     (pkg/controller/job nonIgnoredFailedPodsCount), so each one counted exited in error. 0 for a
     copy without the rule: it restarts a failed container in place (OnFailure), and counts a lost
     node's pod too."""
-    spec = (remote or {}).get("spec") or {}
-    rules = (spec.get("podFailurePolicy") or {}).get("rules") or []
-    if (remote or {}).get("kind") != "Job" or not rules or rules[0] != IGNORE_DISRUPTION:
+    job = remote or {}
+    rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
+    if job.get("kind") != "Job" or not rules or rules[0] != IGNORE_DISRUPTION:
         return 0
-    return int(((remote or {}).get("status") or {}).get("failed") or 0)
+    return int((job.get("status") or {}).get("failed") or 0)
 
 
 def status_update(

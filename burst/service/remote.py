@@ -396,20 +396,16 @@ class RemoteSteps(ClusterSteps):
             d, _ = load(s, f)
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
             self._changes += 1
-        elif (
-            phase == "pending"
-            and f.state_reason == "ran"
-            and f.pool_capacity == "spot"
-            and not update.own_failures
-        ):
-            # Reclaimed (pod GC fails a deleted node's pods, kubernetes pkg/controller/podgc
-            # gcOrphaned): on the next spot node it would start from scratch, and be reclaimed
-            # again; the decision places it again, off spot. A copy that counts a failed pod of
-            # its own may be waiting out its Job's backoff instead: that goes as below.
-            self._withdraw(s, f, remote, f"its spot node was reclaimed on {f.target}", out)
         elif phase == "pending" and f.state_reason == "ran":
-            # Its node went, or its own pod failed and its Job waits out the backoff; either
-            # way the next pod waits, stuck if it does not start in time.
+            if f.pool_capacity == "spot" and not update.own_failures:
+                # Reclaimed (pod GC fails a deleted node's pods, kubernetes pkg/controller/podgc
+                # gcOrphaned): on the next spot node it would start from scratch, and be
+                # reclaimed again; the decision places it again, off spot.
+                self._withdraw(s, f, remote, f"its spot node was reclaimed on {f.target}", out)
+                return
+            # Its node went, or its own pod failed and its Job waits out the backoff (a copy
+            # that counts one may not have been reclaimed); either way the next pod waits,
+            # stuck if it does not start in time.
             d, _ = load(s, f)
             d.state_reason = None if update.own_failures else LOST_NODE
             d.updated_at = self.clock.now()
