@@ -89,10 +89,14 @@ def engine(database_url: str) -> Iterator[Engine]:
 
 @pytest.fixture(scope="module")
 def sandbox_server() -> Iterator[Any]:
-    """One sandbox cluster per test module, on a free port; pods run 0.2 s unless annotated."""
+    """One sandbox cluster per test module, on a free port; pods run 0.2 s unless annotated, and
+    a Job replaces a failed pod after 0.1 s, doubling to 1 s (Kubernetes' own Job tests shorten
+    the backoff so: test/integration/job/job_test.go fastPodFailureBackoff)."""
     from burst.sandbox import Sandbox
 
-    sandbox = Sandbox(tick=0.02, default_duration=0.2, bookmark_every=0.2).start()
+    sandbox = Sandbox(
+        tick=0.02, default_duration=0.2, bookmark_every=0.2, pod_failure_backoff=(0.1, 1.0)
+    ).start()
     yield sandbox
     sandbox.stop()
 

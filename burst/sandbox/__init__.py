@@ -17,6 +17,7 @@ import yaml
 from burst.clock import Clock, SystemClock
 from burst.kube.nodes import gpu_node_manifest
 from burst.model import GPU_PRODUCTS
+from burst.sandbox.base import POD_FAILURE_BACKOFF
 from burst.sandbox.controllers import ControlPlane
 from burst.sandbox.crds import LATEST
 from burst.sandbox.kueue import Kueue
@@ -64,6 +65,7 @@ class Sandbox:
         controllers: bool = True,
         training_operator: str = LATEST,
         kueue_quotas: dict[str, int] | None = None,
+        pod_failure_backoff: tuple[float, float] = POD_FAILURE_BACKOFF,
     ) -> None:
         self.clock = clock or SystemClock()
         self.store = Store(self.clock, history=history, training_operator=training_operator)
@@ -77,7 +79,13 @@ class Sandbox:
             bookmark_every=bookmark_every,
         )
         self.control = (
-            ControlPlane(self.store, self.clock, tick=tick, default_duration=default_duration)
+            ControlPlane(
+                self.store,
+                self.clock,
+                tick=tick,
+                default_duration=default_duration,
+                pod_failure_backoff=pod_failure_backoff,
+            )
             if controllers
             else None
         )

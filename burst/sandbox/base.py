@@ -22,6 +22,9 @@ log = logging.getLogger(__name__)
 DURATION = "sandbox.burst.dev/duration"
 EXIT_CODE = "sandbox.burst.dev/exit-code"
 JOB_CONTROLLER = "kubernetes.io/job-controller"
+# The Job controller's wait before it replaces a failed pod: its first, and its most
+# (pkg/controller/job/job_controller.go DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff).
+POD_FAILURE_BACKOFF = (10.0, 600.0)
 GPU = "nvidia.com/gpu"
 PODS, NODES, JOBS, PYTORCHJOBS, EVENTS = (
     BY_KIND[k] for k in ("Pod", "Node", "Job", "PyTorchJob", "Event")
@@ -84,10 +87,16 @@ def _set_condition(conditions: list[dict[str, Any]], new: dict[str, Any]) -> lis
 
 class ControllerBase:
     def __init__(
-        self, store: Store, clock: Clock, tick: float = 0.05, default_duration: float = 30.0
+        self,
+        store: Store,
+        clock: Clock,
+        tick: float = 0.05,
+        default_duration: float = 30.0,
+        pod_failure_backoff: tuple[float, float] = POD_FAILURE_BACKOFF,
     ) -> None:
         self.store, self.clock, self.tick = store, clock, tick
         self.default_duration = default_duration
+        self.pod_failure_backoff = pod_failure_backoff
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -97,6 +106,8 @@ class ControllerBase:
         self._running: list[tuple[datetime, str, str, str]] = []  # (end, namespace, name, uid)
         # Finished Jobs and PyTorchJobs with a TTL, by (kind, namespace, name): when they go
         self._expiring: dict[tuple[str, str, str], datetime] = {}
+        # Jobs waiting out a pod failure backoff, by (namespace, name): when to look again
+        self._backing_off: dict[tuple[str, str], datetime] = {}
         self._thread = threading.Thread(
             target=self._loop, name="sandbox-control-plane", daemon=True
         )
@@ -118,6 +129,7 @@ class ControllerBase:
             self._foreground.clear()
             self._running.clear()
             self._expiring.clear()
+            self._backing_off.clear()
 
     def _notify(self, type_: str, res: Resource, obj: Obj) -> None:
         meta = _meta(obj)

@@ -2,8 +2,9 @@
 This module holds the scheduler and the kubelet and runs every controller's round (`step`);
 base.py the shared parts and the garbage collector, workloads.py the Job and PyTorchJob controllers.
 
-- Job controller: pods from the template up to parallelism/completions, backoffLimit, `suspend`,
-  and it leaves alone a Job whose `spec.managedBy` names another controller.
+- Job controller: pods from the template up to parallelism/completions, backoffLimit, the wait
+  before a failed pod is replaced, `suspend`, and it leaves alone a Job whose `spec.managedBy`
+  names another controller.
 - PyTorchJob controller: master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions.
 - Scheduler: binds pending pods to nodes with free `nvidia.com/gpu`, CPU and memory, honouring node
   selectors, required node affinity, taints and tolerations; marks the others
@@ -48,9 +49,13 @@ log = logging.getLogger(__name__)
 class ControlPlane(WorkloadControllers):
     def step(self) -> None:
         """One round of every controller over what changed, and of the kubelet over the clock."""
+        now = self.clock.now()
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             reschedule, self._reschedule = self._reschedule, False
+            for key in [k for k, at in self._backing_off.items() if at <= now]:
+                del self._backing_off[key]
+                dirty.add(("Job", *key))
         deleted_uids = {ns for kind, ns, _ in dirty if kind == "deleted-owner"}
         for kind, namespace, name in sorted(dirty):
             if kind == "Job":

@@ -1,5 +1,6 @@
 """The sandbox's workload controllers: Jobs (pods from the template up to parallelism/completions,
-backoffLimit and the pod failure policy's Ignore, Count and FailJob, `suspend`, leaving alone a Job
+backoffLimit and the pod failure backoff, the pod failure policy's Ignore, Count and FailJob,
+`suspend`, leaving alone a Job
 whose `spec.managedBy` names another controller) and
 Kubeflow PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions, a
 failed pod made again or the job failed as its replica's restartPolicy says)."""
@@ -7,7 +8,8 @@ failed pod made again or the job failed as its replica's restartPolicy says)."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from burst.sandbox.base import (
@@ -19,9 +21,10 @@ from burst.sandbox.base import (
     _condition,
     _meta,
     _set_condition,
+    parse_stamp,
 )
 from burst.sandbox.errors import ApiError
-from burst.sandbox.store import timestamp
+from burst.sandbox.store import Obj, timestamp
 from burst.sandbox.ttl import TtlAfterFinished
 
 
@@ -122,6 +125,9 @@ class WorkloadControllers(TtlAfterFinished):
             )
             status["completionTime"] = timestamp(now)
             self._event(job, "Normal", "Completed", "Job completed")
+        elif (wait := failure_backoff(pods, now, *self.pod_failure_backoff)) > 0:
+            with self._lock:  # no pod until it is over (job_controller.go manageJob)
+                self._backing_off[(namespace, name)] = now + timedelta(seconds=wait)
         else:
             remaining = (completions - succeeded) if completions is not None else 1
             want = (
@@ -275,6 +281,49 @@ class WorkloadControllers(TtlAfterFinished):
             )
         status["conditions"] = conditions
         self._write_status(PYTORCHJOBS, job, status)
+
+
+def failure_backoff(pods: Sequence[Obj], now: datetime, first: float, most: float) -> float:
+    """How many seconds the Job controller waits yet before it replaces a failed pod
+    (pkg/controller/job/backoff_utils.go newBackoffRecord, getRemainingTimeForFailuresCount):
+    with n pods failed since the last success, `first` x 2^(n-1), at most `most`, from when the
+    last of them finished. Failures the pod failure policy ignores count here too. The real
+    controller keeps the count as it finalizes pods; the sandbox keeps the pods and counts them."""
+    ends: dict[str, list[datetime]] = {"Succeeded": [], "Failed": []}
+    for p in pods:
+        phase = (p.get("status") or {}).get("phase")
+        if phase in ends:
+            ends[phase].append(finished_at(p))
+    since = max(ends["Succeeded"], default=None)
+    failed = [end for end in ends["Failed"] if since is None or end > since]
+    if not failed:
+        return 0.0
+    wait = min(first * 2.0 ** (len(failed) - 1), most)
+    return max(0.0, wait - (now - max(failed)).total_seconds())
+
+
+def finished_at(pod: Obj) -> datetime:
+    """When a pod ended, as the Job controller reads it (backoff_utils.go getFinishedTime): the
+    last of its containers' finishedAt when all have one, else when it turned Ready=False, else
+    when it was deleted; one pod GC failed is deleted as it is marked, which the sandbox does not
+    do, so its DisruptionTarget's time stands in. Else its creation."""
+    status = pod.get("status") or {}
+    ends = [
+        str(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt") or "")
+        for cs in status.get("containerStatuses") or []
+    ]
+    if ends and all(ends):
+        return max(parse_stamp(end) for end in ends)
+    conditions = status.get("conditions") or []
+    for mark in (("Ready", "False", None), ("DisruptionTarget", "True", "DeletionByPodGC")):
+        for c in conditions:
+            if c.get("lastTransitionTime") and mark in (
+                (c.get("type"), c.get("status"), c.get("reason")),
+                (c.get("type"), c.get("status"), None),
+            ):
+                return parse_stamp(str(c["lastTransitionTime"]))
+    meta = _meta(pod)
+    return parse_stamp(str(meta.get("deletionTimestamp") or meta["creationTimestamp"]))
 
 
 def failure_action(rules: list[dict[str, Any]], pod: dict[str, Any]) -> str:

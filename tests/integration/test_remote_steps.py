@@ -323,7 +323,7 @@ def test_a_copy_whose_own_pod_failed_on_spot_is_not_taken_for_reclaimed(
     it ran, as after a reclaim, whose pod the copy's Ignore rule leaves uncounted. Requeued as
     reclaimed, the job's backoffLimit started again on the next attempt, and under a spot-only
     policy a job that always fails went out again for ever. (The node is cordoned here to hold
-    the Pending spell still: the sandbox makes the next pod at once.)"""
+    the Pending spell still: the test cluster's backoff is shortened to a tenth of a second.)"""
     copy = running_copy(kube, remote, sessions, "spot", runs="2s", exit_code=1)
     remote.core.patch_node("pool-node-1", {"spec": {"unschedulable": True}})
     wait_for(lambda: copy.status().get("failed") and not copy.ready(), timeout=15)

@@ -23,7 +23,7 @@ POOL = "aws-euc1-p3-8xlarge-od-1"
 
 @pytest.fixture(scope="module")
 def remote_cluster() -> Iterator[Sandbox]:
-    sandbox = Sandbox(tick=0.02, default_duration=0.3).start()
+    sandbox = Sandbox(tick=0.02, default_duration=0.3, pod_failure_backoff=(0.1, 1.0)).start()
     yield sandbox
     sandbox.stop()
 

@@ -535,3 +535,52 @@ def test_sandbox_nodes_carry_gpu_feature_discovery_labels_and_the_example_job_ru
             if p.spec.node_name == "default-v100"
         ]
     )
+
+
+def test_the_job_controller_waits_out_the_pod_failure_backoff() -> None:
+    """pkg/controller/job/backoff_utils.go (getRemainingTimeForFailuresCount, newBackoffRecord):
+    with n pods failed since the Job's last success, the next pod is made no sooner than
+    10 s x 2^(n-1), at most 10 minutes (DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff),
+    after the last of them finished (its containers' finishedAt, getFinishedTime)."""
+    from datetime import timedelta
+
+    from burst.clock import FakeClock
+
+    clock = FakeClock()
+    with Sandbox(clock=clock, tick=0.01) as sandbox:
+        api = client.ApiClient(client.Configuration(host=sandbox.url))
+        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+        failing = pod_spec(seconds="1s")
+        failing["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "1"
+        batch.create_namespaced_job("default", job("crash", backoffLimit=7, template=failing))
+
+        def pods() -> list[Any]:
+            return core.list_namespaced_pod("default", label_selector="job-name=crash").items
+
+        def fail_the_last(made: int) -> None:
+            wait_for(
+                lambda: len(ps := pods()) == made and any(p.status.phase == "Running" for p in ps)
+            )
+            clock.advance(1)  # its run
+            wait_for(lambda: sum(p.status.phase == "Failed" for p in pods()) == made)
+
+        fail_the_last(1)
+        for made, backoff in enumerate([10, 20, 40, 80, 160, 320, 600], start=1):
+            clock.advance(timedelta(seconds=backoff - 1))
+            time.sleep(0.1)  # rounds of the control plane: none makes the next pod yet
+            assert len(pods()) == made, f"pod {made + 1} made before its {backoff} s backoff"
+            clock.advance(1)
+            fail_the_last(made + 1)
+        failed = wait_for(
+            lambda: next(
+                (
+                    c
+                    for c in batch.read_namespaced_job("crash", "default").status.conditions or []
+                    if c.type == "Failed"
+                ),
+                None,
+            )
+        )
+        assert failed.reason == "BackoffLimitExceeded" and len(pods()) == 8
+        api.close()
