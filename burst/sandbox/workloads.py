@@ -1,9 +1,8 @@
 """The sandbox's workload controllers: Jobs (pods from the template up to parallelism/completions,
 backoffLimit and the pod failure backoff, the pod failure policy's Ignore, Count and FailJob,
-`suspend`, leaving alone a Job
-whose `spec.managedBy` names another controller) and
-Kubeflow PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions, a
-failed pod made again or the job failed as its replica's restartPolicy says)."""
+`suspend`, leaving alone a Job whose `spec.managedBy` names another controller) and Kubeflow
+PyTorchJobs (master and worker pods, `runPolicy.suspend`, Kubeflow-style conditions, a failed pod
+made again or the job failed as its replica's restartPolicy says)."""
 
 from __future__ import annotations
 
