@@ -432,13 +432,21 @@ class Soak:
     def _drain(self, jobs: list[feed.Job]) -> float | None:
         """Seconds until nothing is planned or dispatched and no pool of ours is up, for QUIET_S
         in a row (a pending job may still be sent: one quiet look declared the memory run
-        drained, and the pools it launched then were left up), or None."""
+        drained, and the pools it launched then were left up), or None. A job sent during the
+        drain has the drain's time from then to finish, to twice the drain in all: one held by
+        its hard budget was sent when the runs before it freed their reservations, a minute
+        before a drain counted from the feed's end ran out, and its pool was counted left up."""
         start, quiet = time.monotonic(), None
-        while time.monotonic() - start < self.settings.drain:
+        until, sent = start + self.settings.drain, None
+        while time.monotonic() < until:
             with self.engine.connect() as db:
                 active = db.execute(
                     text("SELECT COUNT(*) FROM workloads WHERE state IN ('planned', 'dispatched')")
                 ).scalar_one()
+                attempts = db.execute(text("SELECT COUNT(*) FROM dispatches")).scalar_one()
+            if sent is not None and attempts > sent:
+                until = min(time.monotonic() + self.settings.drain, start + 2 * self.settings.drain)
+            sent = attempts
             if active or faults.ours(self):
                 quiet = None
             elif quiet is None:
