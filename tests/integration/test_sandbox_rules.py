@@ -584,3 +584,46 @@ def test_the_job_controller_waits_out_the_pod_failure_backoff() -> None:
         )
         assert failed.reason == "BackoffLimitExceeded" and len(pods()) == 8
         api.close()
+
+
+def test_the_pod_failure_backoff_counts_from_the_last_success_and_a_lost_pods_mark() -> None:
+    """backoff_utils.go newBackoffRecord: only failures after the last success count; getFinishedTime:
+    a pod's containers' finishedAt, else (one failed by pod GC, its node gone) when it was
+    deleted, which the sandbox's DisruptionTarget mark stands for."""
+    from datetime import UTC, datetime
+
+    from burst.sandbox.workloads import failure_backoff
+
+    def ended(phase: str, at: str) -> dict[str, Any]:
+        terminated = {"exitCode": 0 if phase == "Succeeded" else 1, "finishedAt": at}
+        return {
+            "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {
+                "phase": phase,
+                "containerStatuses": [{"state": {"terminated": terminated}}],
+            },
+        }
+
+    lost = {
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}],
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"},
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": "DeletionByPodGC",
+                    "lastTransitionTime": "2026-01-01T00:01:00Z",
+                },
+            ],
+        },
+    }
+    at = datetime(2026, 1, 1, 0, 1, 5, tzinfo=UTC)
+    failed = [ended("Failed", "2026-01-01T00:00:10Z"), ended("Failed", "2026-01-01T00:00:30Z")]
+    assert failure_backoff(failed, at, 10, 600) == 0  # 20 s from 00:00:30: over
+    assert failure_backoff([*failed, lost], at, 10, 600) == 35  # 40 s from its mark at 00:01:00
+    after = [*failed, ended("Succeeded", "2026-01-01T00:00:40Z"), lost]
+    assert failure_backoff(after, at, 10, 600) == 5  # the first failure since the success: 10 s
+    assert failure_backoff([ended("Succeeded", "2026-01-01T00:00:40Z")], at, 10, 600) == 0
