@@ -297,7 +297,7 @@ def failure_backoff(pods: Sequence[Obj], now: datetime, first: float, most: floa
     failed = [end for end in ends["Failed"] if since is None or end > since]
     if not failed:
         return 0.0
-    wait = min(first * 2.0 ** (len(failed) - 1), most)
+    wait = min(first * 2.0 ** min(len(failed) - 1, 32), most)  # no float overflow past the cap
     return max(0.0, wait - (now - max(failed)).total_seconds())
 
 
