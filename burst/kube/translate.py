@@ -120,19 +120,27 @@ def _pin(pod: dict[str, Any], pool: str) -> None:
 
 # A pod a disruption ended (its spot node reclaimed: pod GC marks it DisruptionTarget) is not the
 # job's failure, and must not count against the user's backoffLimit on burst's choice of spot.
-IGNORE_DISRUPTION = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+# The status written out as the API server fills it in (pkg/apis/batch/v1/defaults.go
+# SetDefaults_Job), so that the copy read back carries the rule exactly as written.
+IGNORE_DISRUPTION = {
+    "action": "Ignore",
+    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+}
 
 
 def _disruptions_ignorable(spec: Mapping[str, Any]) -> bool:
     """Whether a Job's copy may carry IGNORE_DISRUPTION: the API server allows a pod failure
-    policy only with restartPolicy Never and podReplacementPolicy Failed (or unset)."""
-    never = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "Never"
-    return never and spec.get("podReplacementPolicy") in (None, "Failed")
+    policy only with restartPolicy Never (and podReplacementPolicy Failed, which the copy then
+    gets: see _ignore_disruptions)."""
+    return ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") == "Never"
 
 
 def _ignore_disruptions(spec: dict[str, Any]) -> None:
     """The copy's pod failure policy ignores disruptions, ahead of the user's own rules; where
-    the API server allows none, the copy stays as the user wrote it."""
+    the API server allows none, the copy stays as the user wrote it. A pod failure policy
+    needs podReplacementPolicy Failed: a Job without one is read back with TerminatingOrFailed
+    (the default since 1.29, SetDefaults_Job), whether its author chose it or not, so the copy
+    makes its next pod once the last has failed rather than while it terminates."""
     if not _disruptions_ignorable(spec):
         return
     policy = spec.get("podFailurePolicy") or {}
@@ -140,6 +148,8 @@ def _ignore_disruptions(spec: dict[str, Any]) -> None:
         **policy,
         "rules": [IGNORE_DISRUPTION, *(policy.get("rules") or [])],
     }
+    if spec.get("podReplacementPolicy") is not None:
+        spec["podReplacementPolicy"] = "Failed"
 
 
 def fails_on_reclaim(obj: Mapping[str, Any]) -> bool:

@@ -69,6 +69,13 @@ def defaults(res: Resource, obj: Obj) -> None:
         spec.setdefault("backoffLimit", 6)
         spec.setdefault("suspend", False)
         spec.setdefault("completionMode", "NonIndexed")
+        # pkg/apis/batch/v1/defaults.go SetDefaults_Job: a condition pattern's status, and the
+        # replacement policy (JobPodReplacementPolicy, on by default since 1.29).
+        policy = spec.get("podFailurePolicy")
+        for rule in (policy or {}).get("rules") or []:
+            for pattern in rule.get("onPodConditions") or []:
+                pattern.setdefault("status", "True")
+        spec.setdefault("podReplacementPolicy", "Failed" if policy else "TerminatingOrFailed")
         if "completions" not in spec:
             spec["completions"] = spec["parallelism"] if spec["parallelism"] == 1 else None
         spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})

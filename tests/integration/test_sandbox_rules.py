@@ -99,6 +99,24 @@ def test_job_create_validation(kube: Any) -> None:
     assert batch.create_namespaced_job("default", manual).spec.manual_selector
 
 
+def test_job_defaults_fill_the_pod_failure_policy_and_the_replacement_policy(kube: Any) -> None:
+    """pkg/apis/batch/v1/defaults.go SetDefaults_Job: an onPodConditions pattern without a status
+    gets "True"; podReplacementPolicy (JobPodReplacementPolicy, on by default since 1.29) is
+    Failed for a Job with a pod failure policy and TerminatingOrFailed for one without. A Job
+    read back carries them whether its author wrote them or not."""
+    batch = client.BatchV1Api(kube)
+    ignore = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]}
+    batch.create_namespaced_job("default", job("ruled", podFailurePolicy=ignore, suspend=True))
+    batch.create_namespaced_job("default", job("plain", suspend=True))
+    ruled = json.loads(batch.read_namespaced_job("ruled", "default", _preload_content=False).data)
+    assert ruled["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"] == [
+        {"type": "DisruptionTarget", "status": "True"}
+    ]
+    assert ruled["spec"]["podReplacementPolicy"] == "Failed"
+    plain = batch.read_namespaced_job("plain", "default")
+    assert plain.spec.pod_replacement_policy == "TerminatingOrFailed"
+
+
 def test_job_status_rules_of_1_32(kube: Any) -> None:
     """ValidateJobStatusUpdate with JobManagedBy on (beta, default from 1.32, for every Job):
     Failed needs FailureTarget, Complete needs SuccessCriteriaMet and a completionTime, a

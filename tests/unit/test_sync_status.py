@@ -107,8 +107,12 @@ def test_an_outcome_recorded_before_the_remote_copy_went_finishes_the_workload()
 def test_a_job_copy_counts_as_its_own_only_the_failures_no_disruption_caused() -> None:
     """With the Ignore rule first, the Job controller leaves a lost node's pod out of
     status.failed (nonIgnoredFailedPodsCount): what it counts, the pods failed on their own.
-    Without the rule, or for another kind, the count says nothing of that."""
-    ignore = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    Without the rule, or for another kind, the count says nothing of that. The rule as the API
+    server gives it back: the pattern's status filled in (SetDefaults_Job)."""
+    ignore = {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
     job = {
         "kind": "Job",
         "spec": {"podFailurePolicy": {"rules": [ignore]}},

@@ -354,8 +354,13 @@ def test_a_copy_ignores_disruptions_ahead_of_the_users_own_rules_where_the_api_a
     """A reclaimed spot node fails its pods (pod GC marks them DisruptionTarget), and each counted
     against the user's backoffLimit: enough reclaims failed a job that had done nothing wrong.
     The copy's pod failure policy ignores them first; where the API server refuses a policy
-    (restartPolicy OnFailure, podReplacementPolicy TerminatingOrFailed) the copy has none."""
-    ignore = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    (restartPolicy OnFailure) the copy has none. A Job read back from a 1.29+ server without a
+    policy carries podReplacementPolicy TerminatingOrFailed, which a policy does not allow: its
+    copy replaces a pod once it has failed."""
+    ignore = {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
     assert run(job()).remote["spec"]["podFailurePolicy"] == {"rules": [ignore]}
     own = job()
     fail = {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}
@@ -365,7 +370,10 @@ def test_a_copy_ignores_disruptions_ahead_of_the_users_own_rules_where_the_api_a
     assert "podFailurePolicy" not in run(job(restartPolicy="OnFailure")).remote["spec"]
     replacing = job()
     replacing["spec"]["podReplacementPolicy"] = "TerminatingOrFailed"
-    assert "podFailurePolicy" not in run(replacing).remote["spec"]
+    copied = run(replacing).remote["spec"]
+    assert copied["podFailurePolicy"] == {"rules": [ignore]}
+    assert copied["podReplacementPolicy"] == "Failed"
+    assert replacing["spec"]["podReplacementPolicy"] == "TerminatingOrFailed"  # untouched
 
 
 def pytorchjob(policies: dict[str, str | None], run_policy: dict[str, Any]) -> dict[str, Any]:
@@ -394,6 +402,8 @@ def test_a_job_a_lost_node_would_fail_is_known() -> None:
     never = job()
     never["spec"]["backoffLimit"] = 0
     assert not fails_on_reclaim(never)  # its copy ignores disruptions
+    never["spec"]["podReplacementPolicy"] = "TerminatingOrFailed"  # as a 1.29+ server reads it
+    assert not fails_on_reclaim(never)
     on_failure = job(restartPolicy="OnFailure")
     assert not fails_on_reclaim(on_failure)  # the default backoffLimit, 6, absorbs a reclaim
     on_failure["spec"]["backoffLimit"] = 0
