@@ -127,14 +127,18 @@ class StatusUpdate:
 def own_failures(remote: Mapping[str, Any] | None) -> int:
     """How many of its pods a Job copy counts as failed that no disruption ended: with
     IGNORE_DISRUPTION first in its pod failure policy, a lost node's pod is not counted
-    (pkg/controller/job nonIgnoredFailedPodsCount), so each one counted exited in error. 0 for a
-    copy without the rule: it restarts a failed container in place (OnFailure), and counts a lost
-    node's pod too."""
+    (pkg/controller/job nonIgnoredFailedPodsCount), so each one counted exited in error. Those
+    in `uncountedTerminatedPods.failed` too: the controller lists a failed pod there first, with
+    no pod ready, and adds it to `failed` on a later write (trackJobStatusAndRemoveFinalizers,
+    which lists only the pods the policy counts). 0 for a copy without the rule: it restarts a
+    failed container in place (OnFailure), and counts a lost node's pod too."""
     job = remote or {}
     rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
     if job.get("kind") != "Job" or not rules or rules[0] != IGNORE_DISRUPTION:
         return 0
-    return int((job.get("status") or {}).get("failed") or 0)
+    status = job.get("status") or {}
+    listed = (status.get("uncountedTerminatedPods") or {}).get("failed") or []
+    return int(status.get("failed") or 0) + len(listed)
 
 
 def status_update(

@@ -35,6 +35,7 @@ class Followed(NamedTuple):
     remote_namespace: str
     remote_name: str
     state_reason: str | None
+    failures_at_run: int | None
     updated_at: datetime
     uid: str
     kind: str
@@ -56,6 +57,7 @@ def followed(s: Session) -> list[Followed]:
             DispatchRow.remote_namespace,
             DispatchRow.remote_name,
             DispatchRow.state_reason,
+            DispatchRow.failures_at_run,
             DispatchRow.updated_at,
             Workload.uid,
             Workload.kind,

@@ -392,22 +392,25 @@ class RemoteSteps(ClusterSteps):
         elif phase == "missing":
             why = f"its copy {f.remote_namespace}/{f.remote_name} vanished"
             self._requeue(s, *load(s, f), why, out)
-        elif phase == "running" and f.state_reason != "ran":
+        elif phase == "running" and (
+            f.state_reason != "ran" or f.failures_at_run != update.own_failures
+        ):
             d, _ = load(s, f)
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
+            d.failures_at_run = update.own_failures  # or of its own, if it counts more
             self._changes += 1
         elif phase == "pending" and f.state_reason == "ran":
-            if f.pool_capacity == "spot" and not update.own_failures:
+            own = update.own_failures > (f.failures_at_run or 0)
+            if f.pool_capacity == "spot" and not own:
                 # Reclaimed (pod GC fails a deleted node's pods, kubernetes pkg/controller/podgc
                 # gcOrphaned): on the next spot node it would start from scratch, and be
                 # reclaimed again; the decision places it again, off spot.
                 self._withdraw(s, f, remote, f"its spot node was reclaimed on {f.target}", out)
                 return
-            # Its node went, or its own pod failed and its Job waits out the backoff (a copy
-            # that counts one may not have been reclaimed); either way the next pod waits,
-            # stuck if it does not start in time.
+            # Its node went, or its own pod failed and its Job waits out the backoff; either
+            # way the next pod waits, stuck if it does not start in time.
             d, _ = load(s, f)
-            d.state_reason = None if update.own_failures else LOST_NODE
+            d.state_reason = None if own else LOST_NODE
             d.updated_at = self.clock.now()
             self._changes += 1
         elif phase == "pending" and self.clock.now() - f.updated_at > STUCK_PENDING:

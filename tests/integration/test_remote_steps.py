@@ -339,6 +339,40 @@ def test_a_copy_whose_own_pod_failed_on_spot_is_not_taken_for_reclaimed(
     assert copy.out.requeued == []
 
 
+def test_a_copy_reclaimed_after_a_failure_of_its_own_is_requeued_at_once(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """status.failed only grows: once a copy's own pod had exited in error, every later reclaim of
+    its spot node was taken for another failure of its own and left to STUCK_PENDING, its run
+    starting again from scratch on whatever spot node came. What tells them apart is a failure
+    counted since the copy was last seen running."""
+    copy = running_copy(kube, remote, sessions, "spot")
+    (pod,) = remote.core.list_namespaced_pod("burst-cms-ml").items
+    remote.core.patch_node("pool-node-1", {"spec": {"unschedulable": True}})  # its next pod waits
+    ended = {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": "2026-01-01T00:00:00Z"}}
+    remote.core.patch_namespaced_pod_status(  # its container crashes, as its kubelet reports
+        pod.metadata.name,
+        "burst-cms-ml",
+        {
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {**pod.status.container_statuses[0].to_dict(), "state": ended}
+                ],
+            }
+        },
+    )
+    wait_for(lambda: copy.status().get("failed") == 1 and not copy.ready(), timeout=15)
+    copy.follow()
+    assert copy.out.requeued == []  # its own failure: the Job makes its next pod
+    remote.core.patch_node("pool-node-1", {"spec": {"unschedulable": False}})
+    wait_for(lambda: copy.ready() == 1, timeout=15)
+    copy.follow()  # running again
+    copy.reclaim()
+    assert copy.out.requeued == ["cms-ml/reclaimed"]
+    assert "spot node was reclaimed" in (copy.workload().state_reason or "")
+
+
 class _Behind:
     """A mirror one event behind its cluster: it has not seen the copy made a moment ago."""
 

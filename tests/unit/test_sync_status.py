@@ -119,6 +119,9 @@ def test_a_job_copy_counts_as_its_own_only_the_failures_no_disruption_caused() -
         "status": {"failed": 2},
     }
     assert own_failures(job) == 2
+    # One listed before it is counted (its pod already gone from ready): it counts already.
+    listed = {**job, "status": {"failed": 2, "uncountedTerminatedPods": {"failed": ["uid-3"]}}}
+    assert own_failures(listed) == 3
     assert own_failures({**job, "spec": {}}) == 0
     assert own_failures({**job, "kind": "PyTorchJob"}) == 0
     assert own_failures(None) == 0
