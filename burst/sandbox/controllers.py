@@ -53,9 +53,9 @@ class ControlPlane(WorkloadControllers):
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             reschedule, self._reschedule = self._reschedule, False
-            for key in [k for k, at in self._backing_off.items() if at <= now]:
-                del self._backing_off[key]
-                dirty.add(("Job", *key))
+            # Left in place until the Job's round takes it (a round cut short by a conflict
+            # drops what it had not reached, and a Job backing off has nothing else to wake it).
+            dirty.update(("Job", *key) for key, at in self._backing_off.items() if at <= now)
         deleted_uids = {ns for kind, ns, _ in dirty if kind == "deleted-owner"}
         for kind, namespace, name in sorted(dirty):
             if kind == "Job":

@@ -31,6 +31,8 @@ class WorkloadControllers(TtlAfterFinished):
     # -- Job --
 
     def _job(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._backing_off.pop((namespace, name), None)  # looked at now: set again if still due
         job = self.store.find(JOBS, namespace, name)
         if job is None or _meta(job).get("deletionTimestamp"):
             return
