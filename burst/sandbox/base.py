@@ -108,6 +108,8 @@ class ControllerBase:
         self._expiring: dict[tuple[str, str, str], datetime] = {}
         # Jobs waiting out a pod failure backoff, by (namespace, name): when to look again
         self._backing_off: dict[tuple[str, str], datetime] = {}
+        # Pods whose containers crashed, by uid: the kubelet's back-off and when it last grew
+        self._crash_loops: dict[str, tuple[float, datetime]] = {}
         self._thread = threading.Thread(
             target=self._loop, name="sandbox-control-plane", daemon=True
         )
@@ -130,6 +132,7 @@ class ControllerBase:
             self._running.clear()
             self._expiring.clear()
             self._backing_off.clear()
+            self._crash_loops.clear()
 
     def _notify(self, type_: str, res: Resource, obj: Obj) -> None:
         meta = _meta(obj)

@@ -87,7 +87,11 @@ class WorkloadControllers(TtlAfterFinished):
         done = (
             succeeded >= completions if completions is not None else (succeeded > 0 and not active)
         )
-        if "FailJob" in actions or failed > int(spec.get("backoffLimit", 6)):
+        if (
+            "FailJob" in actions
+            or failed > int(spec.get("backoffLimit", 6))
+            or _past_backoff_limit_on_failure(spec, active)
+        ):
             for pod in active:
                 self._delete(PODS, pod, "Background")
             reason, message = (
@@ -151,7 +155,7 @@ class WorkloadControllers(TtlAfterFinished):
             active=len(active),
             succeeded=succeeded,
             failed=failed,
-            ready=sum(1 for p in active if (p.get("status") or {}).get("phase") == "Running"),
+            ready=sum(1 for p in active if _ready(p)),
         )
         if conditions:
             status["conditions"] = conditions
@@ -214,9 +218,12 @@ class WorkloadControllers(TtlAfterFinished):
                         "training.kubeflow.org/replica-index": str(index),
                         "training.kubeflow.org/operator-name": "pytorchjob-controller",
                     }
-                    pod = self._create_pod(
-                        job, (rspec or {}).get("template") or {}, "", labels, pod_name
+                    # setRestartPolicy (common/pod.go): the replica's, ExitCode as Never.
+                    template = copy.deepcopy((rspec or {}).get("template") or {})
+                    template.setdefault("spec", {})["restartPolicy"] = (
+                        "Never" if policy == "ExitCode" else policy
                     )
+                    pod = self._create_pod(job, template, "", labels, pod_name)
                 phase = (pod.get("status") or {}).get("phase")
                 key = {"Succeeded": "succeeded", "Failed": "failed"}.get(phase or "", "active")
                 counts[key] += 1
@@ -230,6 +237,7 @@ class WorkloadControllers(TtlAfterFinished):
             replica_statuses[rtype] = counts
         status["replicaStatuses"] = replica_statuses
         status.setdefault("startTime", timestamp(now))
+        failed_for_good = failed_for_good or _past_backoff_limit(spec, pods)
         master = replica_statuses.get("Master")
         if failed_for_good:
             conditions = _set_condition(
@@ -282,6 +290,51 @@ class WorkloadControllers(TtlAfterFinished):
             )
         status["conditions"] = conditions
         self._write_status(PYTORCHJOBS, job, status)
+
+
+def _ready(pod: Obj) -> bool:
+    """Whether the pod is Ready (what a Job's status.ready counts: podutil.IsPodReady)."""
+    return any(
+        (c.get("type"), c.get("status")) == ("Ready", "True")
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def _past_backoff_limit_on_failure(spec: Mapping[str, Any], active: Sequence[Obj]) -> bool:
+    """Under restartPolicy OnFailure a failing container restarts in place and no pod fails: the
+    Job fails once its running and pending pods' restarts reach backoffLimit, or any at 0
+    (pkg/controller/job/job_controller.go pastBackoffLimitOnFailure)."""
+    if ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") != "OnFailure":
+        return False
+    restarts = sum(
+        int(cs.get("restartCount") or 0)
+        for p in active
+        for cs in (p.get("status") or {}).get("containerStatuses") or []
+    )
+    limit = int(spec.get("backoffLimit", 6))
+    return restarts > 0 if limit == 0 else restarts >= limit
+
+
+def _past_backoff_limit(spec: Mapping[str, Any], pods: Sequence[Obj]) -> bool:
+    """The training operator's PastBackoffLimit (v1.9.0 common/job.go): with runPolicy.backoffLimit
+    set, the restarts in place of the running pods of OnFailure, Always and ExitCode replicas
+    reach it (any, at 0)."""
+    limit = (spec.get("runPolicy") or {}).get("backoffLimit")
+    if limit is None:
+        return False
+    counted = {
+        rtype.lower()
+        for rtype, rspec in (spec.get("pytorchReplicaSpecs") or {}).items()
+        if ((rspec or {}).get("restartPolicy") or "OnFailure") != "Never"
+    }
+    restarts = sum(
+        int(cs.get("restartCount") or 0)
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and (_meta(p).get("labels") or {}).get("training.kubeflow.org/replica-type") in counted
+        for cs in (p.get("status") or {}).get("containerStatuses") or []
+    )
+    return restarts > 0 if int(limit) == 0 else restarts >= int(limit)
 
 
 def failure_backoff(pods: Sequence[Obj], now: datetime, first: float, most: float) -> float:

@@ -247,20 +247,22 @@ def test_the_training_operator_deletes_a_finished_pytorchjob_after_its_ttl(kube:
     ("policy", "code", "backoff", "restarted"),
     [
         ("Never", "1", None, False),
-        ("OnFailure", "1", None, True),
+        ("OnFailure", "1", None, "in place"),
         ("ExitCode", "1", None, False),  # 1-127: a permanent error
         ("ExitCode", "137", None, True),  # 128-255: retryable (killed, as on a reclaimed node)
         ("OnFailure", "1", 0, False),
     ],
 )
 def test_the_training_operator_makes_a_failed_replica_pod_again_as_its_restart_policy_says(
-    kube: Any, policy: str, code: str, backoff: int | None, restarted: bool
+    kube: Any, policy: str, code: str, backoff: int | None, restarted: bool | str
 ) -> None:
-    """kubeflow/training-operator v1.9.0: a Failed replica pod is deleted and made again at its
-    index, the job Restarting, under OnFailure or Always, or ExitCode with a code of 128 or more
-    (pkg/controller.v1/common/pod.go ReconcilePods, pkg/util/train IsRetryableExitCode); under
-    Never, or ExitCode with a lower code, the PyTorchJob fails (pytorchjob_controller.go
-    UpdateJobStatus); with runPolicy.backoffLimit 0 any failed pod fails it (common/job.go)."""
+    """kubeflow/training-operator v1.9.0: a replica's pod gets its restartPolicy, ExitCode as
+    Never (common/pod.go setRestartPolicy), so under OnFailure the kubelet restarts a failing
+    container in place. A Failed replica pod is deleted and made again at its index, the job
+    Restarting, under OnFailure or Always, or ExitCode with a code of 128 or more (ReconcilePods,
+    pkg/util/train IsRetryableExitCode); under Never, or ExitCode with a lower code, the
+    PyTorchJob fails (pytorchjob_controller.go UpdateJobStatus); with runPolicy.backoffLimit 0
+    any failed pod or restart fails it (common/job.go, PastBackoffLimit)."""
     core, custom = client.CoreV1Api(kube), client.CustomObjectsApi(kube)
     core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
     made = pytorchjob("flaky", {} if backoff is None else {"backoffLimit": backoff})
@@ -281,7 +283,16 @@ def test_the_training_operator_makes_a_failed_replica_pod_again_as_its_restart_p
         )
         return {c["type"]: c["status"] for c in (job.get("status") or {}).get("conditions", [])}
 
-    if restarted:
+    if restarted == "in place":
+
+        def restarts() -> list[int]:
+            pods = core.list_namespaced_pod("default", label_selector=selector).items
+            return [p.status.container_statuses[0].restart_count for p in pods]
+
+        wait_for(lambda: conditions() and restarts() and restarts()[0] >= 1, timeout=15)
+        assert len(seen) == 1 and len(restarts()) == 1  # the same pod, its container restarted
+        assert "Restarting" not in conditions() and conditions().get("Failed") != "True"
+    elif restarted:
         wait_for(lambda: len(seen) >= 3 if conditions() else False, timeout=15)
         assert conditions().get("Failed") != "True"
         assert [p.metadata.name for p in core.list_namespaced_pod("default").items] in (
@@ -645,3 +656,60 @@ def test_the_pod_failure_backoff_counts_from_the_last_success_and_a_lost_pods_ma
     after = [*failed, ended("Succeeded", "2026-01-01T00:00:40Z"), lost]
     assert failure_backoff(after, at, 10, 600) == 5  # the first failure since the success: 10 s
     assert failure_backoff([ended("Succeeded", "2026-01-01T00:00:40Z")], at, 10, 600) == 0
+
+
+def test_a_container_that_fails_under_on_failure_restarts_in_place_until_the_backoff_limit() -> (
+    None
+):
+    """The kubelet restarts a container that exits in error when the pod's restartPolicy is
+    OnFailure, in place: at once the first time, then once 10 s, 20 s, ... (to 5 minutes) have
+    passed since it crashed (pkg/kubelet/kuberuntime doBackOff with client-go's
+    flowcontrol.Backoff; kubelet.go backOffPeriod, MaxContainerBackOff), the pod Running and not
+    Ready meanwhile (CrashLoopBackOff). The Job counts no failed pod, only its ready ones, and
+    fails once its pods' restarts reach backoffLimit (job_controller.go
+    pastBackoffLimitOnFailure)."""
+    from datetime import timedelta
+
+    from burst.clock import FakeClock
+
+    clock = FakeClock()
+    with Sandbox(clock=clock, tick=0.01) as sandbox:
+        api = client.ApiClient(client.Configuration(host=sandbox.url))
+        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+        crashing = pod_spec(seconds="1s")
+        crashing["spec"]["restartPolicy"] = "OnFailure"
+        crashing["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "1"
+        batch.create_namespaced_job("default", job("loop", backoffLimit=3, template=crashing))
+
+        def container() -> Any:
+            pods = core.list_namespaced_pod("default", label_selector="job-name=loop").items
+            assert len(pods) == 1, "a restart in place makes no new pod"
+            assert pods[0].status.phase == "Running"
+            return pods[0].status.container_statuses[0]
+
+        def status() -> Any:
+            return batch.read_namespaced_job("loop", "default").status
+
+        wait_for(lambda: status().ready == 1)
+        clock.advance(1)  # its first run ends in error: restarted at once
+        wait_for(lambda: container().restart_count == 1 and container().state.running)
+        for restarts, backoff in [(1, 10), (2, 20)]:
+            clock.advance(1)  # and again: now it waits
+            wait_for(lambda: container().state.waiting is not None)
+            assert container().state.waiting.reason == "CrashLoopBackOff"
+            assert container().restart_count == restarts
+            wait_for(lambda: status().ready == 0)
+            assert status().active == 1 and not status().failed
+            clock.advance(timedelta(seconds=backoff - 1))
+            time.sleep(0.1)
+            assert container().state.waiting is not None
+            clock.advance(1)
+            if restarts < 2:
+                wait_for(lambda: status().ready == 1)
+        # The third restart reaches backoffLimit 3: the Job fails.
+        failed = wait_for(
+            lambda: next((c for c in status().conditions or [] if c.type == "Failed"), None)
+        )
+        assert failed.reason == "BackoffLimitExceeded"
+        api.close()
