@@ -23,7 +23,7 @@ from burst.clock import Clock
 from burst.kube.copies import CopyKey
 from burst.kube.events import EventRecorder
 from burst.kube.replicate import KubeObjects, suspend_patch
-from burst.kube.translate import IGNORE_DISRUPTION, ORIGIN_INSTALLATION
+from burst.kube.translate import ORIGIN_INSTALLATION
 
 Phase = Literal["missing", "pending", "running", "succeeded", "failed"]
 
@@ -121,24 +121,33 @@ class StatusUpdate:
     event: tuple[Literal["Normal", "Warning"], str, str] | None
     finished: Literal["succeeded", "failed"] | None = None
     local_status: dict[str, Any] = field(default_factory=dict)
-    own_failures: int = 0  # failed pods the copy counts that no disruption ended (see below)
+    failed_pods: int = 0  # failed pods a Job copy counts (see below)
+    restarts_in_place: bool = False  # and whether its failing containers restart in place
 
 
-def own_failures(remote: Mapping[str, Any] | None) -> int:
-    """How many of its pods a Job copy counts as failed that no disruption ended: with
-    IGNORE_DISRUPTION first in its pod failure policy, a lost node's pod is not counted
-    (pkg/controller/job nonIgnoredFailedPodsCount), so each one counted exited in error. Those
-    in `uncountedTerminatedPods.failed` too: the controller lists a failed pod there first, with
-    no pod ready, and adds it to `failed` on a later write (trackJobStatusAndRemoveFinalizers,
-    which lists only the pods the policy counts). 0 for a copy without the rule: it restarts a
-    failed container in place (OnFailure), and counts a lost node's pod too."""
+def failed_pods(remote: Mapping[str, Any] | None) -> int:
+    """How many failed pods a Job copy has counted: `status.failed`, and those listed in
+    `uncountedTerminatedPods.failed` (the controller lists a failed pod there first, with no pod
+    ready, and adds it to `failed` on a later write: trackJobStatusAndRemoveFinalizers). With
+    IGNORE_DISRUPTION first in its pod failure policy a lost node's pod is not counted
+    (nonIgnoredFailedPodsCount), so each one counted exited in error; under restartPolicy
+    OnFailure, which allows no such rule, a container that exits in error restarts in place and
+    only a pod taken away is counted. 0 for another kind."""
     job = remote or {}
-    rules = ((job.get("spec") or {}).get("podFailurePolicy") or {}).get("rules") or []
-    if job.get("kind") != "Job" or not rules or rules[0] != IGNORE_DISRUPTION:
+    if job.get("kind") != "Job":
         return 0
     status = job.get("status") or {}
     listed = (status.get("uncountedTerminatedPods") or {}).get("failed") or []
     return int(status.get("failed") or 0) + len(listed)
+
+
+def restarts_in_place(remote: Mapping[str, Any] | None) -> bool:
+    """Whether a Job copy's failing container restarts in place (restartPolicy OnFailure): its
+    pod Running but not ready in its CrashLoopBackOff, as after a reclaim, with no pod counted
+    failed."""
+    job = remote or {}
+    template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    return job.get("kind") == "Job" and template.get("restartPolicy") == "OnFailure"
 
 
 def status_update(
@@ -176,7 +185,12 @@ def status_update(
     progress: tuple[Literal["Normal", "Warning"], str, str] | None = None
     if changed and phase != "missing":
         progress = ("Normal", "BurstProgress", f"{phase} on {placement}")
-    return StatusUpdate(annotations, progress, own_failures=own_failures(remote))
+    return StatusUpdate(
+        annotations,
+        progress,
+        failed_pods=failed_pods(remote),
+        restarts_in_place=restarts_in_place(remote),
+    )
 
 
 class RemoteHealth:

@@ -393,14 +393,18 @@ class RemoteSteps(ClusterSteps):
             why = f"its copy {f.remote_namespace}/{f.remote_name} vanished"
             self._requeue(s, *load(s, f), why, out)
         elif phase == "running" and (
-            f.state_reason != "ran" or f.failures_at_run != update.own_failures
+            f.state_reason != "ran" or f.failures_at_run != update.failed_pods
         ):
             d, _ = load(s, f)
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
-            d.failures_at_run = update.own_failures  # or of its own, if it counts more
+            d.failures_at_run = update.failed_pods  # or of its own (see below)
             self._changes += 1
         elif phase == "pending" and f.state_reason == "ran":
-            own = update.own_failures > (f.failures_at_run or 0)
+            # Its own failure: a pod counted failed since it ran, where the copy ignores
+            # disruptions; none, where a failing container restarts in place (there only a pod
+            # taken away is counted). A PyTorchJob counts none: Pending again is a lost pod.
+            more = update.failed_pods > (f.failures_at_run or 0)
+            own = more != update.restarts_in_place
             if f.pool_capacity == "spot" and not own:
                 # Reclaimed (pod GC fails a deleted node's pods, kubernetes pkg/controller/podgc
                 # gcOrphaned): on the next spot node it would start from scratch, and be

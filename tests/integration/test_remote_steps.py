@@ -76,10 +76,12 @@ def planned(
     runs: str = "0.3s",
     capacity: str = "on-demand",
     exit_code: int = 0,
+    restart: str = "Never",
 ) -> Dispatch:
     """A burstable Job on-prem, whose pods run for `runs` in the sandbox and end with
-    `exit_code`, and its planned dispatch onto a ready pool of `capacity`."""
+    `exit_code` under `restart`, and its planned dispatch onto a ready pool of `capacity`."""
     pods = template()
+    pods["spec"]["restartPolicy"] = restart
     pods["metadata"]["annotations"]["sandbox.burst.dev/duration"] = runs
     pods["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = str(exit_code)
     pods["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(gpus)
@@ -255,11 +257,21 @@ def running_copy(
     capacity: str,
     runs: str = "1h",
     exit_code: int = 0,
+    restart: str = "Never",
 ) -> RunningCopy:
     setup_local(kube)
     clock = FakeClock()
     with sessions() as s:
-        planned(kube, s, "reclaimed", clock, runs=runs, capacity=capacity, exit_code=exit_code)
+        planned(
+            kube,
+            s,
+            "reclaimed",
+            clock,
+            runs=runs,
+            capacity=capacity,
+            exit_code=exit_code,
+            restart=restart,
+        )
     copy = RunningCopy(remote, sessions, clock, steps(kube, {TARGET: remote}, clock))
     with sessions() as s:
         copy.steps.dispatch_ready(s, copy.out)
@@ -371,6 +383,25 @@ def test_a_copy_reclaimed_after_a_failure_of_its_own_is_requeued_at_once(
     copy.reclaim()
     assert copy.out.requeued == ["cms-ml/reclaimed"]
     assert "spot node was reclaimed" in (copy.workload().state_reason or "")
+
+
+def test_a_job_copy_whose_container_crash_loops_on_spot_is_not_taken_for_reclaimed(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """Under restartPolicy OnFailure the kubelet restarts a crashing container in place, and in
+    its CrashLoopBackOff the pod is Running but not ready: the copy shows no pod ready, as after
+    a reclaim, but counts no failed pod. Taken for reclaimed, the copy was withdrawn and the job
+    sent again, its backoffLimit starting anew. A reclaim's lost pod is counted (such a copy can
+    carry no rule to ignore it): that one goes at once."""
+    copy = running_copy(kube, remote, sessions, "spot", runs="1s", exit_code=1, restart="OnFailure")
+    wait_for(lambda: not copy.ready() and copy.status().get("active"), timeout=15)
+    assert not copy.status().get("failed")
+    copy.follow()
+    assert copy.out.requeued == [] and copy.workload().state == "dispatched"
+    wait_for(lambda: copy.ready() == 1, timeout=30)  # restarted once its back-off is over
+    copy.follow()
+    copy.reclaim()
+    assert copy.out.requeued == ["cms-ml/reclaimed"]
 
 
 class _Behind:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from burst.amounts import Money
-from burst.kube.sync import own_failures, remote_phase, status_update
+from burst.kube.sync import failed_pods, remote_phase, restarts_in_place, status_update
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 LOCAL = {"kind": "Job", "metadata": {"name": "j", "annotations": {}}}
@@ -104,24 +104,27 @@ def test_an_outcome_recorded_before_the_remote_copy_went_finishes_the_workload()
     assert status_update(LOCAL, None, "gcp/p", None, NOW).finished is None
 
 
-def test_a_job_copy_counts_as_its_own_only_the_failures_no_disruption_caused() -> None:
-    """With the Ignore rule first, the Job controller leaves a lost node's pod out of
-    status.failed (nonIgnoredFailedPodsCount): what it counts, the pods failed on their own.
-    Without the rule, or for another kind, the count says nothing of that. The rule as the API
-    server gives it back: the pattern's status filled in (SetDefaults_Job)."""
+def test_a_job_copy_counts_its_failed_pods_listed_or_not() -> None:
+    """The Job controller lists a failed pod in uncountedTerminatedPods first and counts it in
+    status.failed on a later write; both are counted. Another kind counts none. Whether a failing
+    container restarts in place is the template's restartPolicy OnFailure."""
     ignore = {
         "action": "Ignore",
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
     }
     job = {
         "kind": "Job",
-        "spec": {"podFailurePolicy": {"rules": [ignore]}},
+        "spec": {
+            "podFailurePolicy": {"rules": [ignore]},
+            "template": {"spec": {"restartPolicy": "Never"}},
+        },
         "status": {"failed": 2},
     }
-    assert own_failures(job) == 2
-    # One listed before it is counted (its pod already gone from ready): it counts already.
+    assert failed_pods(job) == 2 and not restarts_in_place(job)
     listed = {**job, "status": {"failed": 2, "uncountedTerminatedPods": {"failed": ["uid-3"]}}}
-    assert own_failures(listed) == 3
-    assert own_failures({**job, "spec": {}}) == 0
-    assert own_failures({**job, "kind": "PyTorchJob"}) == 0
-    assert own_failures(None) == 0
+    assert failed_pods(listed) == 3
+    assert failed_pods({**job, "kind": "PyTorchJob"}) == 0 and failed_pods(None) == 0
+    on_failure = {**job, "spec": {"template": {"spec": {"restartPolicy": "OnFailure"}}}}
+    assert restarts_in_place(on_failure) and not restarts_in_place(
+        {**on_failure, "kind": "PyTorchJob"}
+    )
