@@ -1,6 +1,7 @@
 """The sandbox's simulated control plane: small loops over the same store as the API server.
-This module holds the scheduler and the kubelet and runs every controller's round (`step`);
-base.py the shared parts and the garbage collector, workloads.py the Job and PyTorchJob controllers.
+This module holds the scheduler and runs every controller's round (`step`); base.py the shared
+parts and the garbage collector, workloads.py the Job and PyTorchJob controllers, kubelet.py the
+kubelet.
 
 - Job controller: pods from the template up to parallelism/completions, backoffLimit, the wait
   before a failed pod is replaced, `suspend`, and it leaves alone a Job whose `spec.managedBy`
@@ -10,7 +11,8 @@ base.py the shared parts and the garbage collector, workloads.py the Job and PyT
   selectors, required node affinity, taints and tolerations; marks the others
   `PodScheduled=False, reason=Unschedulable` with the real scheduler's kind of message.
 - Kubelet: runs a bound pod for its `sandbox.burst.dev/duration` on the Clock, then Succeeded or
-  Failed by `sandbox.burst.dev/exit-code`; a deleted node fails its pods (a spot interruption).
+  Failed by `sandbox.burst.dev/exit-code`, or restarts its containers in place as its
+  restartPolicy says; a deleted node fails its pods (a spot interruption).
 - Garbage collector: dependents of deleted owners (background), foreground deletion.
 
 Every loop reacts to store changes (the store calls `notify`) and to the clock (one tick every
@@ -19,17 +21,11 @@ Every loop reacts to store changes (the store calls `notify`) and to the clock (
 
 from __future__ import annotations
 
-import copy
-import heapq
 import logging
-from datetime import datetime, timedelta
 from typing import Any
 
-from burst.durations import DurationError, parse_duration
 from burst.kube.quantity import quantity
 from burst.sandbox.base import (
-    DURATION,
-    EXIT_CODE,
     NODES,
     PODS,
     TERMINAL,
@@ -39,17 +35,15 @@ from burst.sandbox.base import (
     pod_requests,
 )
 from burst.sandbox.errors import ApiError
+from burst.sandbox.kubelet import Kubelet
 from burst.sandbox.resources import BY_KIND
-from burst.sandbox.store import Obj, timestamp
+from burst.sandbox.store import Obj
 from burst.sandbox.workloads import WorkloadControllers
 
 log = logging.getLogger(__name__)
-# The kubelet's wait before it restarts a crashed container: its first and its most
-# (pkg/kubelet/kubelet.go backOffPeriod, MaxContainerBackOff).
-CRASH_BACKOFF = (10.0, 300.0)
 
 
-class ControlPlane(WorkloadControllers):
+class ControlPlane(WorkloadControllers, Kubelet):
     def step(self) -> None:
         """One round of every controller over what changed, and of the kubelet over the clock."""
         now = self.clock.now()
@@ -167,162 +161,6 @@ class ControlPlane(WorkloadControllers):
 
     # -- kubelet --
 
-    def _kubelet_start(self, namespace: str, name: str) -> None:
-        pod = self.store.find(PODS, namespace, name)
-        if pod is None or not (pod.get("spec") or {}).get("nodeName"):
-            return
-        status = pod.get("status") or {}
-        if status.get("phase") != "Pending":
-            return
-        if self.store.find(NODES, "", pod["spec"]["nodeName"]) is None:
-            return
-        now = self.clock.now()
-        annotations = _meta(pod).get("annotations") or {}
-        seconds = _seconds(annotations.get(DURATION), self.default_duration)
-        containers = (pod.get("spec") or {}).get("containers") or []
-        running = {
-            **status,
-            "phase": "Running",
-            "startTime": timestamp(now),
-            "hostIP": "10.0.0.1",
-            "podIP": "10.1.0.1",
-            "conditions": _set_condition(
-                status.get("conditions") or [], _condition("Ready", "True", "", "", now)
-            ),
-            "containerStatuses": [
-                {
-                    "name": c.get("name", "main"),
-                    "image": c.get("image", ""),
-                    "ready": True,
-                    "restartCount": 0,
-                    "started": True,
-                    "imageID": "",
-                    "containerID": "sandbox://",
-                    "state": {"running": {"startedAt": timestamp(now)}},
-                }
-                for c in containers
-            ],
-        }
-        if self._update(PODS, {**pod, "status": running}, status=True) is not None:
-            heapq.heappush(
-                self._running,
-                (now + timedelta(seconds=seconds), namespace, name, _meta(pod)["uid"]),
-            )
-
-    def _kubelet_finish(self) -> None:
-        now = self.clock.now()
-        while self._running and self._running[0][0] <= now:
-            _, namespace, name, uid = heapq.heappop(self._running)
-            pod = self.store.find(PODS, namespace, name)
-            if (
-                pod is None
-                or _meta(pod)["uid"] != uid
-                or (pod.get("status") or {}).get("phase") != "Running"
-            ):
-                continue
-            if any("waiting" in (cs.get("state") or {}) for cs in _containers(pod)):
-                self._restart(pod, now)  # its back-off is over
-                continue
-            code = int((_meta(pod).get("annotations") or {}).get(EXIT_CODE, 0))
-            policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
-            if policy == "Always" or (policy == "OnFailure" and code != 0):
-                self._crashed(pod, code, now)
-            else:
-                self._terminate(pod, code, now)
-
-    def _crashed(self, pod: Obj, code: int, now: datetime) -> None:
-        """The kubelet restarts a container that ended under restartPolicy Always, or in error
-        under OnFailure, in place: at once the first time, and after that once its back-off is
-        over, 10 s doubling to 5 minutes, forgotten after 10 minutes without a crash
-        (pkg/kubelet/kuberuntime/kuberuntime_manager.go doBackOff; client-go flowcontrol.Backoff
-        IsInBackOffSince and Next; kubelet.go backOffPeriod, MaxContainerBackOff). Meanwhile the
-        pod stays Running, its container waiting in CrashLoopBackOff and the pod not Ready."""
-        first, most = CRASH_BACKOFF
-        uid = _meta(pod)["uid"]
-        backoff, last = self._crash_loops.get(uid, (0.0, None))
-        fresh = last is None or (now - last).total_seconds() > 2 * most
-        wait = 0.0 if fresh else backoff
-        self._crash_loops[uid] = (first if fresh else min(backoff * 2, most), now)
-        if not wait:
-            self._restart(pod, now, code)
-            return
-        status = copy.deepcopy(pod.get("status") or {})
-        for cs in status.get("containerStatuses") or []:
-            cs["lastState"] = _ended(cs, code, now)
-            cs["state"] = {
-                "waiting": {
-                    "reason": "CrashLoopBackOff",
-                    "message": f"back-off {wait:g}s restarting failed container={cs.get('name')} "
-                    f"pod={_meta(pod)['name']}_{_meta(pod).get('namespace')}({uid})",
-                }
-            }
-            cs["ready"] = False
-        status["conditions"] = _set_condition(
-            status.get("conditions") or [],
-            _condition(
-                "Ready", "False", "ContainersNotReady", "containers with unready status", now
-            ),
-        )
-        if self._update(PODS, {**pod, "status": status}, status=True) is not None:
-            heapq.heappush(
-                self._running,
-                (now + timedelta(seconds=wait), _meta(pod)["namespace"], _meta(pod)["name"], uid),
-            )
-
-    def _restart(self, pod: Obj, now: datetime, code: int | None = None) -> None:
-        """The kubelet starts the pod's containers again (`code`: how the last run ended, when
-        it is restarted as it ends), and they run their duration again."""
-        status = copy.deepcopy(pod.get("status") or {})
-        for cs in status.get("containerStatuses") or []:
-            if code is not None:
-                cs["lastState"] = _ended(cs, code, now)
-            cs["state"] = {"running": {"startedAt": timestamp(now)}}
-            cs["restartCount"] = int(cs.get("restartCount") or 0) + 1
-            cs["ready"] = True
-        status["conditions"] = _set_condition(
-            status.get("conditions") or [], _condition("Ready", "True", "", "", now)
-        )
-        annotations = _meta(pod).get("annotations") or {}
-        seconds = _seconds(annotations.get(DURATION), self.default_duration)
-        if self._update(PODS, {**pod, "status": status}, status=True) is not None:
-            heapq.heappush(
-                self._running,
-                (
-                    now + timedelta(seconds=seconds),
-                    _meta(pod)["namespace"],
-                    _meta(pod)["name"],
-                    _meta(pod)["uid"],
-                ),
-            )
-
-    def _terminate(self, pod: Obj, code: int, now: datetime) -> None:
-        """The kubelet ends a pod whose run is over, its containers with `code`."""
-        status = copy.deepcopy(pod.get("status") or {})
-        status["phase"] = "Succeeded" if code == 0 else "Failed"
-        for cs in status.get("containerStatuses") or []:
-            cs["state"] = _ended(cs, code, now)
-            cs["ready"] = False
-        status["conditions"] = _set_condition(
-            status.get("conditions") or [], _condition("Ready", "False", "PodCompleted", "", now)
-        )
-        self._update(PODS, {**pod, "status": status}, status=True)
-
-    def _orphaned(self, pod: Obj, now: datetime) -> None:
-        """Pod GC fails a pod whose node is gone (pkg/controller/podgc/gc_controller.go gcOrphaned,
-        markFailedAndDeletePodWithCondition): the status as its kubelet last wrote it, the phase
-        Failed and a DisruptionTarget condition, which a pod failure policy can tell from the
-        job's own failures. Its containers keep their last state: no kubelet is left to say how
-        they ended, so they have no exit code."""
-        status = copy.deepcopy(pod.get("status") or {})
-        status["phase"] = "Failed"
-        status["conditions"] = _set_condition(
-            status.get("conditions") or [],
-            _condition(
-                "DisruptionTarget", "True", "DeletionByPodGC", "PodGC: node no longer exists", now
-            ),
-        )
-        self._update(PODS, {**pod, "status": status}, status=True)
-
     def _namespace(self, name: str) -> None:
         """The namespace controller (pkg/controller/namespace): a terminating namespace's content
         is deleted; once none is left, the namespace goes. Content held by finalizers nobody
@@ -349,39 +187,6 @@ class ControlPlane(WorkloadControllers):
                 "phase"
             ) not in TERMINAL:
                 self._orphaned(pod, now)
-
-
-def _containers(pod: Obj) -> list[dict[str, Any]]:
-    return list((pod.get("status") or {}).get("containerStatuses") or [])
-
-
-def _ended(cs: dict[str, Any], code: int, now: datetime) -> dict[str, Any]:
-    """A container's run that ended with `code`, as its lastState."""
-    started = ((cs.get("state") or {}).get("running") or {}).get("startedAt", timestamp(now))
-    reason = "Completed" if code == 0 else "Error"
-    return {
-        "terminated": {
-            "exitCode": code,
-            "reason": reason,
-            "startedAt": started,
-            "finishedAt": timestamp(now),
-        }
-    }
-
-
-def _seconds(text: object, default: float) -> float:
-    """A run time as `90`, `0.5s` or `1h30m`; anything unreadable runs for the default."""
-    if text is None:
-        return default
-    value = str(text).strip()
-    try:
-        return float(value[:-1] if value.endswith("s") else value)
-    except ValueError:
-        pass
-    try:
-        return parse_duration(value).total_seconds()
-    except DurationError:
-        return default
 
 
 def _tolerated(taint: dict[str, Any], tolerations: list[dict[str, Any]]) -> bool:

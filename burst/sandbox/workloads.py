@@ -87,11 +87,8 @@ class WorkloadControllers(TtlAfterFinished):
         done = (
             succeeded >= completions if completions is not None else (succeeded > 0 and not active)
         )
-        if (
-            "FailJob" in actions
-            or failed > int(spec.get("backoffLimit", 6))
-            or _past_backoff_limit_on_failure(spec, active)
-        ):
+        over = failed > int(spec.get("backoffLimit", 6)) or _past_limit_on_failure(spec, active)
+        if "FailJob" in actions or over:
             for pod in active:
                 self._delete(PODS, pod, "Background")
             reason, message = (
@@ -300,7 +297,7 @@ def _ready(pod: Obj) -> bool:
     )
 
 
-def _past_backoff_limit_on_failure(spec: Mapping[str, Any], active: Sequence[Obj]) -> bool:
+def _past_limit_on_failure(spec: Mapping[str, Any], active: Sequence[Obj]) -> bool:
     """Under restartPolicy OnFailure a failing container restarts in place and no pod fails: the
     Job fails once its running and pending pods' restarts reach backoffLimit, or any at 0
     (pkg/controller/job/job_controller.go pastBackoffLimitOnFailure)."""
