@@ -208,8 +208,8 @@ class Dispatch(Base):
     remote_uid: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))
     state_reason: Mapped[str | None] = mapped_column(Text)
-    # The failures its copy counted as its own when last seen running: a Pending spell with more
-    # is one of its own, with no more a lost node's.
+    # The failed pods its copy counted when last seen running: whether a Pending spell after it
+    # counts more tells the copy's own failure from a lost node (service/remote.py).
     failures_at_run: Mapped[int | None] = mapped_column(Integer)
     epoch: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,4 +1,4 @@
-"""how many failures of its own a copy had counted when it was last seen running
+"""how many failed pods a copy had counted when it was last seen running
 
 Revision ID: 0010
 Revises: 0009
