@@ -66,21 +66,22 @@ class Kubelet(ControllerBase):
             ],
         }
         if self._update(PODS, {**pod, "status": running}, status=True) is not None:
-            heapq.heappush(
-                self._running,
-                (now + timedelta(seconds=seconds), namespace, name, _meta(pod)["uid"]),
-            )
+            self._due(pod, now + timedelta(seconds=seconds))
+
+    def _due(self, pod: Obj, at: datetime) -> None:
+        """Look at the pod again at `at`: its run over, or its back-off."""
+        meta = _meta(pod)
+        heapq.heappush(self._running, (at, meta["namespace"], meta["name"], meta["uid"]))
 
     def _kubelet_finish(self) -> None:
         now = self.clock.now()
         while self._running and self._running[0][0] <= now:
             _, namespace, name, uid = heapq.heappop(self._running)
             pod = self.store.find(PODS, namespace, name)
-            if (
-                pod is None
-                or _meta(pod)["uid"] != uid
-                or (pod.get("status") or {}).get("phase") != "Running"
-            ):
+            if pod is None or _meta(pod)["uid"] != uid:
+                self._crash_loops.pop(uid, None)  # gone: so is its back-off
+                continue
+            if (pod.get("status") or {}).get("phase") != "Running":
                 continue
             if any("waiting" in (cs.get("state") or {}) for cs in _containers(pod)):
                 self._restart(pod, now)  # its back-off is over
@@ -126,10 +127,7 @@ class Kubelet(ControllerBase):
             ),
         )
         if self._update(PODS, {**pod, "status": status}, status=True) is not None:
-            heapq.heappush(
-                self._running,
-                (now + timedelta(seconds=wait), _meta(pod)["namespace"], _meta(pod)["name"], uid),
-            )
+            self._due(pod, now + timedelta(seconds=wait))
 
     def _restart(self, pod: Obj, now: datetime, code: int | None = None) -> None:
         """The kubelet starts the pod's containers again (`code`: how the last run ended, when
@@ -147,18 +145,11 @@ class Kubelet(ControllerBase):
         annotations = _meta(pod).get("annotations") or {}
         seconds = _seconds(annotations.get(DURATION), self.default_duration)
         if self._update(PODS, {**pod, "status": status}, status=True) is not None:
-            heapq.heappush(
-                self._running,
-                (
-                    now + timedelta(seconds=seconds),
-                    _meta(pod)["namespace"],
-                    _meta(pod)["name"],
-                    _meta(pod)["uid"],
-                ),
-            )
+            self._due(pod, now + timedelta(seconds=seconds))
 
     def _terminate(self, pod: Obj, code: int, now: datetime) -> None:
         """The kubelet ends a pod whose run is over, its containers with `code`."""
+        self._crash_loops.pop(_meta(pod)["uid"], None)
         status = copy.deepcopy(pod.get("status") or {})
         status["phase"] = "Succeeded" if code == 0 else "Failed"
         for cs in status.get("containerStatuses") or []:
