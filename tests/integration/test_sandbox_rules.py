@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from burst.clock import FakeClock
 from burst.sandbox import Sandbox, gpu_node
 from tests.conftest import ROOT, wait_for
 from tests.integration.test_sandbox_cluster import pod_spec
@@ -566,20 +570,25 @@ def test_sandbox_nodes_carry_gpu_feature_discovery_labels_and_the_example_job_ru
     )
 
 
-def test_the_job_controller_waits_out_the_pod_failure_backoff() -> None:
-    """pkg/controller/job/backoff_utils.go (getRemainingTimeForFailuresCount, newBackoffRecord):
-    with n pods failed since the Job's last success, the next pod is made no sooner than
-    10 s x 2^(n-1), at most 10 minutes (DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff),
-    after the last of them finished (its containers' finishedAt, getFinishedTime)."""
-    from datetime import timedelta
-
-    from burst.clock import FakeClock
-
+@contextmanager
+def timed_cluster() -> Iterator[tuple[FakeClock, client.CoreV1Api, client.BatchV1Api]]:
+    """A cluster of one GPU node whose pods run on a FakeClock (a run lasts as long as the test
+    moves the clock), and its clients."""
     clock = FakeClock()
     with Sandbox(clock=clock, tick=0.01) as sandbox:
         api = client.ApiClient(client.Configuration(host=sandbox.url))
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+        yield clock, core, batch
+        api.close()
+
+
+def test_the_job_controller_waits_out_the_pod_failure_backoff() -> None:
+    """pkg/controller/job/backoff_utils.go (getRemainingTimeForFailuresCount, newBackoffRecord):
+    with n pods failed since the Job's last success, the next pod is made no sooner than
+    10 s x 2^(n-1), at most 10 minutes (DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff),
+    after the last of them finished (its containers' finishedAt, getFinishedTime)."""
+    with timed_cluster() as (clock, core, batch):
         failing = pod_spec(seconds="1s")
         failing["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "1"
         batch.create_namespaced_job("default", job("crash", backoffLimit=7, template=failing))
@@ -612,7 +621,6 @@ def test_the_job_controller_waits_out_the_pod_failure_backoff() -> None:
             )
         )
         assert failed.reason == "BackoffLimitExceeded" and len(pods()) == 8
-        api.close()
 
 
 def test_the_pod_failure_backoff_counts_from_the_last_success_and_a_lost_pods_mark() -> None:
@@ -668,15 +676,7 @@ def test_a_container_that_fails_under_on_failure_restarts_in_place_until_the_bac
     Ready meanwhile (CrashLoopBackOff). The Job counts no failed pod, only its ready ones, and
     fails once its pods' restarts reach backoffLimit (job_controller.go
     pastBackoffLimitOnFailure)."""
-    from datetime import timedelta
-
-    from burst.clock import FakeClock
-
-    clock = FakeClock()
-    with Sandbox(clock=clock, tick=0.01) as sandbox:
-        api = client.ApiClient(client.Configuration(host=sandbox.url))
-        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-        core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
+    with timed_cluster() as (clock, core, batch):
         crashing = pod_spec(seconds="1s")
         crashing["spec"]["restartPolicy"] = "OnFailure"
         crashing["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "1"
@@ -712,4 +712,3 @@ def test_a_container_that_fails_under_on_failure_restarts_in_place_until_the_bac
             lambda: next((c for c in status().conditions or [] if c.type == "Failed"), None)
         )
         assert failed.reason == "BackoffLimitExceeded"
-        api.close()
