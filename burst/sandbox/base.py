@@ -98,6 +98,7 @@ class ControllerBase:
         self.default_duration = default_duration
         self.pod_failure_backoff = pod_failure_backoff
         self._lock = threading.Lock()
+        self._rounds, self._rounded = 0, threading.Condition()  # rounds run, for settle()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dirty: set[tuple[str, str, str]] = set()
@@ -167,6 +168,19 @@ class ControllerBase:
                 # A control plane that dies silently would hang every test on it: say why, go on.
                 log.exception("sandbox control plane step failed")
                 self._wake.set()
+            with self._rounded:
+                self._rounds += 1
+                self._rounded.notify_all()
+
+    def settle(self, timeout: float = 30.0) -> None:
+        """Wait until a whole round has run since this call: what the clock and the store asked
+        of the controllers by now is done. A test's way to see that something did not happen
+        (its clock moved short of a deadline), waiting on the rounds rather than on time."""
+        with self._rounded:
+            # The round under way may have read the clock before the caller moved it.
+            target = self._rounds + 2
+            if not self._rounded.wait_for(lambda: self._rounds >= target, timeout):
+                raise TimeoutError(f"the control plane ran no round in {timeout} s")
 
     def step(self) -> None:
         """One round of every controller (controllers.py)."""

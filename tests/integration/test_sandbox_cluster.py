@@ -4,7 +4,6 @@ node loss."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from kubernetes import client
@@ -280,7 +279,8 @@ def test_pods_run_on_the_sandbox_clock() -> None:
         core.create_namespaced_pod("default", pod("timed", seconds="10m"))
         wait_for(lambda: core.read_namespaced_pod("timed", "default").status.phase == "Running")
         clock.advance(timedelta(minutes=9, seconds=59))
-        time.sleep(0.1)
+        assert sandbox.control is not None
+        sandbox.control.settle()
         assert core.read_namespaced_pod("timed", "default").status.phase == "Running"
         clock.advance(timedelta(seconds=1))
         wait_for(lambda: core.read_namespaced_pod("timed", "default").status.phase == "Succeeded")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
@@ -571,15 +571,18 @@ def test_sandbox_nodes_carry_gpu_feature_discovery_labels_and_the_example_job_ru
 
 
 @contextmanager
-def timed_cluster() -> Iterator[tuple[FakeClock, client.CoreV1Api, client.BatchV1Api]]:
+def timed_cluster() -> Iterator[
+    tuple[FakeClock, client.CoreV1Api, client.BatchV1Api, Callable[[], None]]
+]:
     """A cluster of one GPU node whose pods run on a FakeClock (a run lasts as long as the test
-    moves the clock), and its clients."""
+    moves the clock), its clients, and a wait for its control plane to have caught up."""
     clock = FakeClock()
     with Sandbox(clock=clock, tick=0.01) as sandbox:
         api = client.ApiClient(client.Configuration(host=sandbox.url))
         core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
         core.create_node(gpu_node("n0", "Tesla-V100-SXM2-16GB"))
-        yield clock, core, batch
+        assert sandbox.control is not None
+        yield clock, core, batch, sandbox.control.settle
         api.close()
 
 
@@ -588,7 +591,7 @@ def test_the_job_controller_waits_out_the_pod_failure_backoff() -> None:
     with n pods failed since the Job's last success, the next pod is made no sooner than
     10 s x 2^(n-1), at most 10 minutes (DefaultJobPodFailureBackOff, MaxJobPodFailureBackOff),
     after the last of them finished (its containers' finishedAt, getFinishedTime)."""
-    with timed_cluster() as (clock, core, batch):
+    with timed_cluster() as (clock, core, batch, settle):
         failing = pod_spec(seconds="1s")
         failing["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "1"
         batch.create_namespaced_job("default", job("crash", backoffLimit=7, template=failing))
@@ -606,7 +609,7 @@ def test_the_job_controller_waits_out_the_pod_failure_backoff() -> None:
         fail_the_last(1)
         for made, backoff in enumerate([10, 20, 40, 80, 160, 320, 600], start=1):
             clock.advance(timedelta(seconds=backoff - 1))
-            time.sleep(0.1)  # rounds of the control plane: none makes the next pod yet
+            settle()  # the control plane has looked: it makes no pod yet
             assert len(pods()) == made, f"pod {made + 1} made before its {backoff} s backoff"
             clock.advance(1)
             fail_the_last(made + 1)
@@ -676,7 +679,7 @@ def test_a_container_that_fails_under_on_failure_restarts_in_place_until_the_bac
     Ready meanwhile (CrashLoopBackOff). The Job counts no failed pod, only its ready ones, and
     fails once its pods' restarts reach backoffLimit (job_controller.go
     pastBackoffLimitOnFailure)."""
-    with timed_cluster() as (clock, core, batch):
+    with timed_cluster() as (clock, core, batch, settle):
         crashing = pod_spec(seconds="1s")
         crashing["spec"]["restartPolicy"] = "OnFailure"
         crashing["metadata"]["annotations"]["sandbox.burst.dev/exit-code"] = "1"
@@ -702,7 +705,7 @@ def test_a_container_that_fails_under_on_failure_restarts_in_place_until_the_bac
             wait_for(lambda: status().ready == 0)
             assert status().active == 1 and not status().failed
             clock.advance(timedelta(seconds=backoff - 1))
-            time.sleep(0.1)
+            settle()
             assert container().state.waiting is not None
             clock.advance(1)
             if restarts < 2:
