@@ -159,7 +159,7 @@ class ControlPlane(WorkloadControllers, Kubelet):
             status = {**(pod.get("status") or {}), "conditions": _set_condition(conditions, cond)}
             self._write_status(PODS, pod, status)
 
-    # -- kubelet --
+    # -- namespaces and nodes --
 
     def _namespace(self, name: str) -> None:
         """The namespace controller (pkg/controller/namespace): a terminating namespace's content

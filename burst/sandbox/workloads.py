@@ -299,23 +299,17 @@ def _ready(pod: Obj) -> bool:
 
 def _past_limit_on_failure(spec: Mapping[str, Any], active: Sequence[Obj]) -> bool:
     """Under restartPolicy OnFailure a failing container restarts in place and no pod fails: the
-    Job fails once its running and pending pods' restarts reach backoffLimit, or any at 0
+    Job fails once its running and pending pods' restarts reach backoffLimit
     (pkg/controller/job/job_controller.go pastBackoffLimitOnFailure)."""
     if ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy") != "OnFailure":
         return False
-    restarts = sum(
-        int(cs.get("restartCount") or 0)
-        for p in active
-        for cs in (p.get("status") or {}).get("containerStatuses") or []
-    )
-    limit = int(spec.get("backoffLimit", 6))
-    return restarts > 0 if limit == 0 else restarts >= limit
+    return _restarts_reach(active, int(spec.get("backoffLimit", 6)))
 
 
 def _past_backoff_limit(spec: Mapping[str, Any], pods: Sequence[Obj]) -> bool:
     """The training operator's PastBackoffLimit (v1.9.0 common/job.go): with runPolicy.backoffLimit
     set, the restarts in place of the running pods of OnFailure, Always and ExitCode replicas
-    reach it (any, at 0)."""
+    reach it."""
     limit = (spec.get("runPolicy") or {}).get("backoffLimit")
     if limit is None:
         return False
@@ -324,14 +318,24 @@ def _past_backoff_limit(spec: Mapping[str, Any], pods: Sequence[Obj]) -> bool:
         for rtype, rspec in (spec.get("pytorchReplicaSpecs") or {}).items()
         if ((rspec or {}).get("restartPolicy") or "OnFailure") != "Never"
     }
-    restarts = sum(
-        int(cs.get("restartCount") or 0)
+    running = [
+        p
         for p in pods
         if (p.get("status") or {}).get("phase") == "Running"
         and (_meta(p).get("labels") or {}).get("training.kubeflow.org/replica-type") in counted
+    ]
+    return _restarts_reach(running, int(limit))
+
+
+def _restarts_reach(pods: Sequence[Obj], limit: int) -> bool:
+    """Whether the pods' containers have restarted `limit` times, or at all for a limit of 0
+    (both controllers read a backoffLimit of restarts so)."""
+    restarts = sum(
+        int(cs.get("restartCount") or 0)
+        for p in pods
         for cs in (p.get("status") or {}).get("containerStatuses") or []
     )
-    return restarts > 0 if int(limit) == 0 else restarts >= int(limit)
+    return restarts > 0 if limit == 0 else restarts >= limit
 
 
 def failure_backoff(pods: Sequence[Obj], now: datetime, first: float, most: float) -> float:
@@ -353,6 +357,10 @@ def failure_backoff(pods: Sequence[Obj], now: datetime, first: float, most: floa
     return max(0.0, wait - (now - max(failed)).total_seconds())
 
 
+# The condition pod GC marks a lost node's pod with (kubelet.py _orphaned)
+GC_MARK = ("DisruptionTarget", "True", "DeletionByPodGC")
+
+
 def finished_at(pod: Obj) -> datetime:
     """When a pod ended, as the Job controller reads it (backoff_utils.go getFinishedTime): the
     last of its containers' finishedAt when all have one, else when it turned Ready=False, else
@@ -365,14 +373,11 @@ def finished_at(pod: Obj) -> datetime:
     ]
     if ends and all(ends):
         return max(parse_stamp(end) for end in ends)
-    conditions = status.get("conditions") or []
-    for mark in (("Ready", "False", None), ("DisruptionTarget", "True", "DeletionByPodGC")):
-        for c in conditions:
-            if c.get("lastTransitionTime") and mark in (
-                (c.get("type"), c.get("status"), c.get("reason")),
-                (c.get("type"), c.get("status"), None),
-            ):
-                return parse_stamp(str(c["lastTransitionTime"]))
+    conditions = [c for c in status.get("conditions") or [] if c.get("lastTransitionTime")]
+    unready = [c for c in conditions if (c.get("type"), c.get("status")) == ("Ready", "False")]
+    marked = [c for c in conditions if (c.get("type"), c.get("status"), c.get("reason")) == GC_MARK]
+    if unready or marked:
+        return parse_stamp(str((unready or marked)[0]["lastTransitionTime"]))
     meta = _meta(pod)
     return parse_stamp(str(meta.get("deletionTimestamp") or meta["creationTimestamp"]))
 
