@@ -4,6 +4,7 @@ Full shipped catalog, the example configuration in config/, 200 or 1,000 existin
 Prints one JSON object per measurement; the plans of one size are timed in turn.
 
     python benchmarks/bench_plan.py [--sizes 1000,10000,50000] [--pools 200,1000] [--repeat 7]
+        [--queueing StrictFIFO|BestEffortFIFO]
 
 Snapshots (seeded): 70 % burstable workloads over six namespaces, 1 to 4 pods of 1 to 8 GPUs,
 V100/T4/A100/any, 60 % with deadlines; on-prem 64 V100, 32 T4, 16 A100 with 40 running workloads;
@@ -19,6 +20,11 @@ without the room it needs and stops once every pool still ahead would cost more 
 found. Before, it priced every such pool, and a workload took 4.5-6x as long at 1,000 pools as at
 200. What still grows with the pools: setting up the plan's pools, once per plan (it shows at 1k
 workloads), and the dispatches the extra room lets through.
+
+With `--queueing BestEffortFIFO` the on-prem estimate runs the queue as Kueue's default and the
+plain kube-scheduler start it (decide/firstfit.py); config/'s 6-hour wait sends most of these
+workloads whatever their estimate, and a deadline at risk sends many others, each one the run
+takes back to its start.
 
 Figures from different machines differ: this benchmark's first version gave 0.39 s at 10k on an
 Intel Xeon VM, the same code about twice that on the AMD EPYC VM of the later tables, and the
@@ -47,6 +53,7 @@ from burst.model import (
     Snapshot,
     Workload,
 )
+from burst.sim.variants import with_queueing
 
 ROOT = Path(__file__).resolve().parent.parent
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -171,11 +178,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,50000")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--pools", default="200,1000")
+    parser.add_argument(
+        "--queueing", default="", help="the on-prem cluster's, instead of config/'s"
+    )
     args = parser.parse_args()
     shipped = catalog.shipped()
     cfg = config.load(
         [ROOT / "config"], config.Vocabulary(shipped.regions(), shipped.accelerators())
     )
+    if args.queueing:
+        cfg = with_queueing(cfg, args.queueing)
     assert cfg.service is not None
     offers = shipped.with_overrides(cfg.service.spec.catalog)
     pool_counts = [int(p) for p in args.pools.split(",")]
@@ -185,6 +197,7 @@ def main() -> None:
         rows = measure(snaps, offers, cfg, repeat)
         for pools, figures in zip(pool_counts, rows, strict=True):
             row = {"bench": "plan", "pending": size, "pools": pools, "offers": len(offers)}
+            row["queueing"] = cfg.service.spec.on_prem.queueing
             row |= {"repeat": repeat, **figures}
             ratio = float(figures["us_per_workload"]) / float(rows[0]["us_per_workload"])
             row["x_first_pools"] = round(ratio, 2)

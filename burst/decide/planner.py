@@ -62,11 +62,11 @@ MAX_ROUNDS = 4
 
 # A workload that wants to burst, as a round finds it: (its place in the order placement takes
 # them, the workload, (its policy, on-prem estimate, trigger, worth)); for one that wants to burst
-# whatever its estimate, no trigger until it is placed.
+# whatever its estimate, no estimate nor trigger until it is placed.
 _Wanting = tuple[
     tuple[bool, tuple[datetime, datetime, str]],
     Workload,
-    tuple[BurstPolicy, Estimate, "str | Words | None", Money | None],
+    tuple[BurstPolicy, Estimate | None, "str | Words | None", Money | None],
 ]
 
 
@@ -150,16 +150,25 @@ class _Planner:
     ) -> bool:
         """Whether a workload placed in an earlier round has lost its reason now that those
         refused since stay. Under BestEffortFIFO one that stays can let one behind it start
-        sooner: it holds up a wide one between them, and the small one behind runs past both."""
-        sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, pending, runtimes)
+        sooner: it holds up a wide one between them, and the small one behind runs past both.
+        Each placed workload is estimated as if it alone of them stayed: they all leave."""
+        sweep = queue_sweep(
+            self.snapshot.onprem, self.now, self.queueing, pending, runtimes, frozenset(placed)
+        )
         for w in pending:
-            est = sweep.estimate(w, runtimes[w.uid])
+            if w.uid in placed:
+                sweep.leaves(w, runtimes[w.uid])
+            else:
+                sweep.stays(w, runtimes[w.uid])
+        for w in pending:
             if w.uid not in placed:
-                sweep.stay(w, est)
                 continue
-            if self._why(w, self.policy_of[w.uid], est, sweep, runtimes[w.uid])[0] is None:
+            policy = self.policy_of[w.uid]
+            if sends_anyway(w, policy.spec.trigger, self.now):
+                continue  # its reason holds whatever its estimate
+            est = sweep.left(w, runtimes[w.uid])
+            if self._why(w, policy, est, sweep, runtimes[w.uid])[0] is None:
                 return True
-            sweep.leave()
         return False
 
     def _none_fits(self, policies: list[BurstPolicy]) -> bool:
@@ -226,31 +235,33 @@ class _Planner:
             if not walk:
                 break
             queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
-            sweep = queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
+            sends = leaving_anyway(pending[:walk], fulls, self.policy_of, self.now)
+            sweep = queue_sweep(
+                self.snapshot.onprem, self.now, self.queueing, queue, runtimes, sends
+            )
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
             wants: list[_Wanting] = []
             for w in pending[:walk]:
-                est = sweep.estimate(w, runtimes[w.uid])
                 if w.uid in placed:
-                    sweep.leave()
-                    continue
+                    continue  # not in the queue the sweep runs
                 policy = self.policy_of.get(w.uid)
                 if policy is None or w.uid in stays:
-                    sweep.stay(w, est)
+                    sweep.stays(w, runtimes[w.uid])
                     continue
                 full = fulls[w.uid]
                 if full is not None and not self.explain:
-                    sweep.stay(w, est)  # it would be refused whatever sends it
+                    sweep.stays(w, runtimes[w.uid])  # it would be refused whatever sends it
                     continue
-                if not self.explain and sends_anyway(w, policy.spec.trigger, self.now):
+                if w.uid in sends:
                     # It wants to burst whatever its estimate says, and leaves the queue: its
-                    # trigger is asked only if it is placed (a replay's backlog holds thousands
-                    # so, for one or two placed).
-                    sweep.leave()
+                    # estimate and trigger are asked only if it is placed (a replay's backlog
+                    # holds thousands so, for one or two placed).
+                    sweep.leaves(w, runtimes[w.uid])
                     order = (False, urgency(w, runtimes[w.uid], self.now))
-                    wants.append((order, w, (policy, est, None, None)))
+                    wants.append((order, w, (policy, None, None, None)))
                     continue
+                est = sweep.estimate(w, runtimes[w.uid])
                 why, why_not, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
                 if why is None or full is not None:
                     sweep.stay(w, est)
@@ -275,13 +286,14 @@ class _Planner:
                     refused = True
                     stays.update(wanting[1].uid for wanting in wants)
                     break
-                _, w, (policy, est, why, worth) = heapq.heappop(wants)
+                _, w, (policy, onprem, why, worth) = heapq.heappop(wants)
                 refusal = self.placement.no_room.refusal(self.placement, w, policy)
+                if onprem is None and (refusal is None or self.explain):
+                    onprem = sweep.left(w, runtimes[w.uid])  # it leaves whatever its estimate
+                    why, _, worth = self._why(w, policy, onprem, sweep, runtimes[w.uid])
                 if refusal is None:
-                    if why is None:  # one that wants to burst whatever its estimate
-                        why, _, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
-                    assert why is not None
-                    want = Want(w, policy, runtimes[w.uid], est, why, w.deadline, worth)
+                    assert why is not None and onprem is not None
+                    want = Want(w, policy, runtimes[w.uid], onprem, why, w.deadline, worth)
                     refusal = self.placement.place(want)
                 if refusal is None:
                     placed.add(w.uid)
@@ -290,12 +302,13 @@ class _Planner:
                     refused = True
                     stays.add(w.uid)
                     if self.explain:
+                        assert onprem is not None
                         self.skips[w.uid] = Skip(
                             w.uid,
                             w.namespace,
                             w.name,
                             f"{why}, but {refusal}",
-                            onprem_finish=est.finish,
+                            onprem_finish=onprem.finish,
                         )
             if not refused:
                 break  # the next round would see the same queue: those placed leave it either way
@@ -317,6 +330,21 @@ def claimant(policies: list[BurstPolicy], w: Workload) -> BurstPolicy | None:
         if selector_matches(p.spec.selector, w.namespace, w.labels):
             return p
     return None
+
+
+def leaving_anyway(
+    walk: list[Workload],
+    fulls: dict[str, str | None],
+    policy_of: dict[str, BurstPolicy],
+    now: datetime,
+) -> frozenset[str]:
+    """Those of a round's walk that want to burst whatever their estimate (their wait or their
+    quota sends them) and that the placement may take (`fulls`): they leave unestimated."""
+    return frozenset(
+        w.uid
+        for w in walk
+        if fulls.get(w.uid, "") is None and sends_anyway(w, policy_of[w.uid].spec.trigger, now)
+    )
 
 
 def walk_length(

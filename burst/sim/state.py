@@ -17,7 +17,7 @@ from typing import Literal
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.config import Config
-from burst.decide.onprem import Nodes, largest_product
+from burst.decide.cluster import Nodes, largest_product
 from burst.model import (
     BudgetView,
     Cloud,

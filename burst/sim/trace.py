@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from burst.decide.onprem import largest_product
+from burst.decide.cluster import largest_product
 
 DEADLINE_ALLOWANCE_S = 54 * 60
 

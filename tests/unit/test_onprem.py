@@ -9,7 +9,8 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burst.decide.onprem import Nodes, estimate_all, queue_order
+from burst.decide.cluster import Nodes
+from burst.decide.onprem import estimate_all, queue_order
 from burst.model import OnPrem, OnPremNode, RunningWorkload
 from tests.builders import NOW, workload
 

@@ -1,0 +1,163 @@
+"""The on-prem cluster as the decision's estimate sees it: each GPU product's nodes, what the
+running workloads hold on them and when they are expected to let it go.
+
+Part of the decision (pure, no I/O): onprem.py walks the waiting queue over these nodes under
+StrictFIFO, firstfit.py runs it under BestEffortFIFO, and the simulator's cluster (sim/state.py)
+keeps its nodes in the same `Nodes`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+
+from burst.model import OnPrem, RunningWorkload
+
+
+def largest_product(capacity: Mapping[str, int]) -> str | None:
+    """Where a workload that asks for no particular GPU product waits: the product with the most
+    GPUs on-prem (by name on a tie)."""
+    return max(sorted(capacity), key=lambda k: capacity[k], default=None)
+
+
+class Nodes:
+    """One product's nodes: each one's size and free GPUs; how many nodes have each number of
+    GPUs free, so that whether pods fit is a sum over a few counts; and a max tree over the
+    nodes, so that first fit finds its node in a few steps rather than a scan (a simulated
+    Philly cluster has 194 nodes, and a plan places thousands of waiting jobs). The estimate and
+    the simulator's cluster both keep their nodes so."""
+
+    def __init__(self, names: list[str], sizes: list[int], free: list[int] | None = None) -> None:
+        self.names, self.sizes = names, sizes
+        self.free = list(sizes) if free is None else free
+        self.total = sum(self.free)
+        self.counts: Counter[int] = Counter(max(f, 0) for f in self.free)
+        self._sizes = Counter(max(size, 0) for size in sizes)
+        self._could: dict[tuple[int, int], bool] = {}
+        self._leaves = 1 << max(0, len(sizes) - 1).bit_length()
+        self._tree = [0] * (2 * self._leaves)  # the most GPUs free on a node, per subtree
+        for k, f in enumerate(self.free):
+            self._tree[self._leaves + k] = max(f, 0)
+        for i in range(self._leaves - 1, 0, -1):
+            self._tree[i] = max(self._tree[2 * i], self._tree[2 * i + 1])
+
+    def add(self, k: int, gpus: int) -> None:
+        """Node k lets `gpus` go (negative: takes them)."""
+        f = self.free[k]
+        self.counts[max(f, 0)] -= 1
+        self.counts[max(f + gpus, 0)] += 1
+        self.free[k] = f + gpus
+        self.total += gpus
+        tree, i = self._tree, self._leaves + k
+        tree[i] = max(f + gpus, 0)
+        i //= 2
+        while i:
+            most = max(tree[2 * i], tree[2 * i + 1])
+            if tree[i] == most:
+                break  # nothing above changes
+            tree[i] = most
+            i //= 2
+
+    def fits(self, per_pod: int, pods: int) -> bool:
+        """Whether the pods fit the nodes' free GPUs now."""
+        if per_pod <= 0:
+            return True
+        if pods == 1:  # the most free on one node: the tree's root
+            return self._tree[1] >= per_pod
+        if per_pod * pods > self.total:
+            return False
+        return sum(n * (f // per_pod) for f, n in self.counts.items()) >= pods
+
+    def could_fit(self, per_pod: int, pods: int) -> bool:
+        """Whether the pods fit the nodes were they all free (asked per workload per plan; the
+        nodes' sizes do not change)."""
+        found = self._could.get((per_pod, pods))
+        if found is None:
+            found = per_pod <= 0 or sum(n * (s // per_pod) for s, n in self._sizes.items()) >= pods
+            self._could[(per_pod, pods)] = found
+        return found
+
+    def place(self, per_pod: int, pods: int) -> list[int]:
+        """First fit: the node of each pod (the first with its GPUs free), taken (they must
+        fit)."""
+        nodes: list[int] = []
+        tree, leaves = self._tree, self._leaves
+        for _ in range(pods if per_pod > 0 else 0):
+            if tree[1] < per_pod:
+                break
+            i = 1
+            while i < leaves:
+                i = 2 * i if tree[2 * i] >= per_pod else 2 * i + 1
+            nodes.append(i - leaves)
+            self.add(i - leaves, -per_pod)
+        return nodes
+
+
+class Product(Nodes):
+    """A product's nodes as the estimate walks the queue forward."""
+
+    def __init__(
+        self,
+        names: list[str],
+        sizes: list[int],
+        now: datetime,
+        free: list[int],
+        releases: list[tuple[datetime, int, int]],
+    ) -> None:
+        super().__init__(names, sizes, free)
+        heapq.heapify(releases)  # linear, where a push per running workload is not
+        self.clock = now  # start of the last workload that started here (FIFO: none before)
+        self.releases = releases  # heap of (time, node, GPUs)
+
+
+def products(onprem: OnPrem, now: datetime) -> dict[str, Product]:
+    """Each product's nodes from the node list, less what runs on them; a product with none
+    listed is one node of its capacity (no boundaries known)."""
+    listed: dict[str, tuple[list[str], list[int]]] = {}
+    for node in onprem.nodes:
+        names, sizes = listed.setdefault(node.accelerator, ([], []))
+        names.append(node.name)
+        sizes.append(node.gpus)
+    for product, capacity in onprem.capacity.items():
+        listed.setdefault(product, ([""], [capacity]))
+    index = {p: {name: k for k, name in enumerate(names)} for p, (names, _) in listed.items()}
+    free = {p: list(sizes) for p, (_, sizes) in listed.items()}
+    releases: dict[str, list[tuple[datetime, int, int]]] = {p: [] for p in listed}
+    for r in onprem.running:
+        if r.accelerator not in listed:
+            continue
+        k = _node_of(r, index[r.accelerator], free[r.accelerator])
+        if k is not None:
+            free[r.accelerator][k] -= r.gpus
+            releases[r.accelerator].append((expected_end(r, now), k, r.gpus))
+    return {
+        p: Product(names, sizes, now, free[p], releases[p])
+        for p, (names, sizes) in sorted(listed.items())
+    }
+
+
+def _node_of(r: RunningWorkload, index: Mapping[str, int], free: list[int]) -> int | None:
+    """The node a running workload's GPUs are on: with no node list, the product's one; with
+    its node unknown, the first with room; None on a node not listed (cordoned, say), whose GPUs
+    no pending pod can have."""
+    if "" in index:
+        return 0
+    if r.node:
+        return index.get(r.node)
+    return next((k for k, f in enumerate(free) if f >= r.gpus), 0)
+
+
+def expected_end(r: RunningWorkload, now: datetime) -> datetime:
+    """When a running workload is expected to let its GPUs go. One that has run past its estimate
+    (a guess, or learned from runs unlike it) is expected to run on for as long as it has run:
+    the median remaining life of a heavy-tailed runtime, as job runtimes are. Taking it to end now
+    made the queue behind it look about to start for as long as it kept running, so a job
+    waiting there never burst (with learned runtimes, most of the missed deadlines)."""
+    end = r.expected_end
+    if end > now:
+        return end
+    if r.started is not None and r.started < now:
+        return now + (now - r.started)
+    return now
