@@ -124,9 +124,11 @@ class FirstFitRun:
     def _start_what_fits(self, p: Product, name: str, lines: _Lines, absent: _Lines) -> None:
         at, index = self._at[-1][0], len(self._at) - 1
         while True:
-            ready = [line for (per, pods), line in lines.items() if line and p.fits(per, pods)]
-            if p.total <= 0:
-                ready = []  # as the cluster: no pod starts on a product with no GPU free
+            ready = (  # as the cluster: no pod starts on a product with no GPU free
+                [line for (per, pods), line in lines.items() if line and p.fits(per, pods)]
+                if p.total > 0
+                else []
+            )
             first = min(ready, key=lambda line: line[0][0], default=None)
             if absent:
                 self._absent_start(p, absent, first[0][0] if first else None, at, index)
