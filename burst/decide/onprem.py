@@ -1,10 +1,10 @@
 """Queue-aware on-prem estimate: when would each pending workload start and finish if it stayed?
 
 Part of the decision (planner.py calls it; pure, no I/O). The on-prem queue is simulated forward
-per GPU product, node by node (the nodes of cluster.py): running workloads release their GPUs on their node at their
-expected end, a pod starts only where one node has its GPUs free (first fit), and pending
-workloads are placed in priority, then creation order, as the ServiceConfig's `onPrem.queueing`
-says the cluster starts them:
+per GPU product, node by node (the nodes of cluster.py): running workloads release their GPUs on
+their node at their expected end, a pod starts only where one node has its GPUs free (first fit),
+and pending workloads are placed in priority, then creation order, as the ServiceConfig's
+`onPrem.queueing` says the cluster starts them:
 - StrictFIFO (`QueueSweep`): each as soon as its pods fit its product's nodes and everything
   ahead of it has started; a small job does not overtake a large one.
 - BestEffortFIFO (`FirstFitSweep`): at each release, every waiting workload in queue order that
@@ -13,8 +13,9 @@ says the cluster starts them:
   each workload the decision sends elsewhere taken out of the run.
 A workload whose pods do not fit its product's nodes even when all are free never starts. A
 workload the decision sends to a cloud leaves the queue, so those behind it move up:
-`estimate()` looks without committing, `stay()` commits and `leave()` takes the workload out.
-Modelling BestEffortFIFO with reservations instead (each workload at the first gap its run fits,
+`estimate()` looks without committing, `stay()` commits and `leave()` takes the workload out;
+`stays()` and `leaves()` do so for one whose estimate decides nothing (it stays whatever, or its
+wait sends it whatever), which a best-effort run need not run to. Modelling BestEffortFIFO with reservations instead (each workload at the first gap its run fits,
 around those ahead: conservative backfilling) expected large jobs to start long before the
 cluster starts them: on OpenB they burst late and dear (1,501 CHF against 1,169 CHF).
 """
