@@ -842,3 +842,37 @@ def test_a_deadline_runtime_share_is_a_share_above_0_and_at_most_1() -> None:
         trigger = {"deadlineRuntimeShare": share}
         with pytest.raises(ValueError, match="deadlineRuntimeShare"):
             make_config(("ml", policy_spec(trigger=trigger)))
+
+
+def test_one_its_wait_sends_is_estimated_as_if_the_others_its_wait_sends_had_left() -> None:
+    # 8 V100s, 7 held until +2 h. `wide` (8 GPUs, 1 h, deadline +4 h) and `small` (1 GPU, 5 h)
+    # behind it have both waited past the 2-hour trigger: both leave whatever their estimate.
+    # Under BestEffortFIFO `small`, had it stayed, would have taken the free GPU now and held
+    # `wide` back to +5 h, its deadline at risk; but `small` leaves too, so `wide` would start at
+    # +2 h, in time: it is sent for its wait, as under StrictFIFO.
+    wide = workload(
+        "wide",
+        gpus_per_pod=8,
+        expected_runtime=H,
+        deadline=NOW + 4 * H,
+        created=NOW - 3 * H,
+        pending_since=NOW - 3 * H,
+    )
+    small = workload(
+        "small",
+        expected_runtime=5 * H,
+        created=NOW - 150 * timedelta(minutes=1),
+        pending_since=NOW - 150 * timedelta(minutes=1),
+    )
+    onprem = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 7, NOW + 2 * H),))
+    for queueing in ("StrictFIFO", "BestEffortFIFO"):
+        cfg = _one_pool_and_a_wait_trigger(queueing=queueing)
+        for skips in (True, False):
+            plan = decide.plan(
+                Snapshot(workloads=(wide, small), onprem=onprem), CATALOG, cfg, NOW, skips=skips
+            )
+            assert dispatches(plan)["wide"].reason.startswith("pending 3h >= max wait 2h"), queueing
+    # Were `small` to stay (not burstable), it would hold `wide` back past its deadline.
+    held = Snapshot(workloads=(wide, replace(small, burstable=False)), onprem=onprem)
+    plan = decide.plan(held, CATALOG, _one_pool_and_a_wait_trigger("BestEffortFIFO"), NOW)
+    assert dispatches(plan)["wide"].reason.startswith("deadline at risk: est. on-prem finish 15:00")
