@@ -229,8 +229,7 @@ class FirstFitSweep(Sweep):
 
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
         self._last = w.uid
-        start = self._run.start(w.uid)
-        return Estimate(self.product_of(w), start, None if start is None else start + runtime)
+        return self._started(w, runtime)
 
     def stay(self, w: Workload, estimate: Estimate) -> None:
         """Nothing to do: `w` is in the queue the run runs."""
@@ -249,5 +248,8 @@ class FirstFitSweep(Sweep):
 
     def left(self, w: Workload, runtime: timedelta) -> Estimate:
         """Asked once the walk is done: the run then holds every workload that left before."""
+        return self._started(w, runtime)
+
+    def _started(self, w: Workload, runtime: timedelta) -> Estimate:
         start = self._run.start(w.uid)
         return Estimate(self.product_of(w), start, None if start is None else start + runtime)
