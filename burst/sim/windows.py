@@ -143,7 +143,7 @@ def table(data: dict[str, Any], currency: str) -> list[str]:
     """The text report's lines for the windowed optimum."""
     lines = [
         "",
-        f"windowed optimum: {data['cost']:,.2f} {currency} ({data['windows']} windows of "
+        f"windowed optimum: {data['cost']:,.2f} {currency} ({_windows(data['windows'])} of "
         f"{data['window_jobs']} jobs, {data['windows_needing_a_cloud']} needing a cloud, "
         f"{data['exact_windows']} solved to optimality)",
         f"{'policy':<14}{'x optimum':>10}{'median':>8}{'worst':>8}{'spent where it needs none':>28}",
@@ -175,8 +175,12 @@ def section(data: dict[str, Any], currency: str) -> str:
     )
     return (
         f"<h2>Against the windowed optimum</h2><p>{data['cost']:,.2f} {cur}: the trace planned "
-        f"exactly in {data['windows']} windows of {data['window_jobs']} jobs, knowing each "
-        f"window's arrivals and runtimes ({data['windows_needing_a_cloud']} windows need a "
-        f"cloud).</p><table><tr><th>policy</th><th>x optimum</th><th>median window</th>"
+        f"exactly in {_windows(data['windows'])} of {data['window_jobs']} jobs, knowing each "
+        f"window's arrivals and runtimes ({_windows(data['windows_needing_a_cloud'])} "
+        f"{'needs' if data['windows_needing_a_cloud'] == 1 else 'need'} a cloud).</p><table><tr><th>policy</th><th>x optimum</th><th>median window</th>"
         f"<th>worst window</th><th>spent where it needs none, {cur}</th></tr>{rows}</table>"
     )
+
+
+def _windows(n: int) -> str:
+    return f"{n} window" if n == 1 else f"{n} windows"
