@@ -25,7 +25,9 @@ How it decides, in order:
    per-job max cost, and every budget the workload falls under (hard budgets are never exceeded;
    reservations already held are in the snapshot, and each placement in this plan reserves more).
 4. A workload refused in step 2 stays on-prem; the queue is simulated again with it, which may put
-   others behind it at risk; they are placed in a next round.
+   others behind it at risk; they are placed in a next round. One refused at its price (only the
+   time it saves sent it) is asked its other triggers again there: its first estimate had those
+   ahead that their price sent leave, and they stay.
 Every pending burstable workload ends with an action or a Skip that says why, in words.
 """
 
@@ -218,6 +220,9 @@ class _Planner:
         pending.sort(key=queue_order)
         runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
+        # Refused where only the time they would save sent them: they wait on-prem unless another
+        # trigger sends them in a later round, once those refused ahead of them stay.
+        unworthy: set[str] = set()
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
             # Before the room is looked at: a placement that lost its reason gives its room back.
@@ -263,6 +268,9 @@ class _Planner:
                     continue
                 est = sweep.estimate(w, runtimes[w.uid])
                 why, why_not, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
+                if worth is not None and w.uid in unworthy:
+                    sweep.stay(w, est)  # refused at its price already: its skip says so
+                    continue
                 if why is None or full is not None:
                     sweep.stay(w, est)
                     if self.explain:
@@ -300,7 +308,7 @@ class _Planner:
                     self.skips.pop(w.uid, None)
                 else:
                     refused = True
-                    stays.add(w.uid)
+                    (unworthy if worth is not None else stays).add(w.uid)
                     if self.explain:
                         assert onprem is not None
                         self.skips[w.uid] = Skip(

@@ -792,6 +792,27 @@ def test_a_price_on_waiting_bursts_a_job_when_the_time_it_saves_pays_for_the_clo
     assert "worth 1.15 USD at 0.10 USD" in skip_reason(_waiting("0.10", gpus=4), "w1")
 
 
+def test_one_refused_at_its_price_bursts_for_its_deadline_once_those_refused_ahead_stay() -> None:
+    """One V100, held until +1 h. `ahead` (2 h) and `late` (1 h, deadline +2h30m) each save
+    about 50 minutes in a cloud, not worth its cost at 0.10 a GPU-hour: both are refused at
+    their price. Had `ahead` left, `late` would run from +1 h to +2 h, in time; but `ahead`
+    stays, so `late` would run from +3 h: its deadline sends it, in the same plan."""
+    trigger = {"deadlineSafetyMargin": "30m", "waitPrice": "0.10"}
+    ahead = workload("ahead", created=NOW - 2 * H, pending_since=NOW - 2 * H)
+    late = workload("late", expected_runtime=H, deadline=NOW + 2 * H + timedelta(minutes=30))
+    onprem = OnPrem({"V100": 1}, (RunningWorkload("r", "V100", 1, NOW + H),))
+    for queueing in ("StrictFIFO", "BestEffortFIFO"):
+        cfg = make_config(("ml", policy_spec(trigger=trigger)), queueing=queueing)
+        for skips in (True, False):
+            snap = Snapshot(NOW, (ahead, late), onprem, ())
+            plan = decide.plan(snap, CATALOG, cfg, NOW, skips=skips)
+            sent = dispatches(plan)
+            assert list(sent) == ["late"], (queueing, skips, plan.skips)
+            assert sent["late"].reason.startswith("deadline at risk: est. on-prem finish 13:00")
+            if skips:
+                assert "but the cloud costs" in skip_reason(plan, "ahead")
+
+
 def test_a_margin_in_proportion_to_the_runtime_widens_it_for_long_runs() -> None:
     """A run of 2 h estimated to end an hour before its deadline: safe with 30 minutes and a
     quarter of the run (1 h in all), at risk with half of it (1h30m)."""
