@@ -173,11 +173,12 @@ def section(data: dict[str, Any], currency: str) -> str:
         + f"<td>{s['spent_where_plan_needs_no_cloud']:,.2f}</td></tr>"
         for name, s in data["by_policy"].items()
     )
+    needing = data["windows_needing_a_cloud"]
     return (
         f"<h2>Against the windowed optimum</h2><p>{data['cost']:,.2f} {cur}: the trace planned "
         f"exactly in {_windows(data['windows'])} of {data['window_jobs']} jobs, knowing each "
-        f"window's arrivals and runtimes ({_windows(data['windows_needing_a_cloud'])} "
-        f"{'needs' if data['windows_needing_a_cloud'] == 1 else 'need'} a cloud).</p><table><tr><th>policy</th><th>x optimum</th><th>median window</th>"
+        f"window's arrivals and runtimes ({_windows(needing)} {'needs' if needing == 1 else 'need'}"
+        f" a cloud).</p><table><tr><th>policy</th><th>x optimum</th><th>median window</th>"
         f"<th>worst window</th><th>spent where it needs none, {cur}</th></tr>{rows}</table>"
     )
 
