@@ -68,6 +68,11 @@ POLICY_VARIANTS: list[dict[str, Any]] = [
         limits={"maxNodesPerPool": 2, "maxPools": 1},
         teardown={"idleTtl": "5m", "maxLifetime": "6h"},
     ),
+    # A price on waiting: some burst for the time they save, and some it refuses at their price.
+    policy_spec(
+        trigger={"deadlineSafetyMargin": "30m", "waitPrice": "0.50"},
+        limits={"maxNodesPerPool": 2, "maxPools": 2},
+    ),
 ]
 CONFIGS = [
     make_config(
@@ -263,9 +268,10 @@ def workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger(
     assert cfg.service is not None
     queueing = cfg.service.spec.on_prem.queueing
     estimates = estimate_all(snap.onprem, pending, runtimes, NOW, frozenset(dispatched), queueing)
+    reasons = {a.workload: a.reason for a in plan.actions if isinstance(a, Dispatch)}
     for w in pending:
-        if w.uid not in dispatched:
-            continue
+        if w.uid not in dispatched or "sooner, worth" in reasons[w.uid]:
+            continue  # a price on waiting sends what its time saved pays for
         policy = cfg.policies[_policy_of(w, cfg) or ""].spec
         est = estimates[w.uid]
         max_wait = policy.trigger.max_pending_wait
