@@ -19,6 +19,14 @@ def simulate(*args: str) -> subprocess.CompletedProcess[str]:
     return burst_cli("simulate", *args, timeout=600)
 
 
+def openb_head(tmp_path: Path, jobs: int) -> Path:
+    """The first `jobs` jobs of the shipped OpenB trace, as a trace file."""
+    rows = (ROOT / "burst" / "data" / "traces" / "alibaba-openb-2023-public.csv").read_text()
+    path = tmp_path / f"openb-{jobs}.csv"
+    path.write_text("\n".join(rows.splitlines()[: jobs + 1]) + "\n")
+    return path
+
+
 def test_burst_and_the_baselines_on_openb_the_same_twice() -> None:
     args = ("--trace", "openb", "-c", CONFIG, "--baselines", "--format", "json", "--seed", "3")
     first, again = simulate(*args), simulate(*args)
@@ -53,16 +61,18 @@ def test_burst_and_the_baselines_on_openb_the_same_twice() -> None:
 
 
 def test_the_html_report_draws_the_sweep_and_only_charts_with_data(tmp_path: Path) -> None:
+    """The first 1,000 OpenB jobs (the whole trace takes five times as long, to the same page)."""
+    trace = openb_head(tmp_path, 1000)
     out = tmp_path / "openb.html"
     done = simulate(
-        "--trace", "openb", "-c", CONFIG, "--sweep", "--format", "html", "--out", str(out)
+        "--trace", str(trace), "-c", CONFIG, "--sweep", "--format", "html", "--out", str(out)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     page = out.read_text()
     # The sweep: burst's margin and its price on waiting, and the two baselines.
     assert page.count('class="curve"') == 4 and "burst, wait price" in page
     # At these deadlines the lower bound is 0: no empty chart under its heading, a sentence.
-    plain = simulate("--trace", "openb", "-c", CONFIG, "--format", "json")
+    plain = simulate("--trace", str(trace), "-c", CONFIG, "--format", "json")
     assert json.loads(plain.stdout)["lower_bound"]["cost"] == 0
     assert page.count("<svg") == 1 and "The lower bound is 0" in page
 
@@ -79,9 +89,7 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
 def test_the_windowed_optimum_is_a_plan_no_cheaper_than_the_bound(tmp_path: Path) -> None:
     """The first 400 OpenB jobs on 8 GPUs with tight deadlines (so that the plan needs a cloud),
     planned in windows of 200 beside burst and the baselines."""
-    rows = (ROOT / "burst" / "data" / "traces" / "alibaba-openb-2023-public.csv").read_text()
-    trace = tmp_path / "head.csv"
-    trace.write_text("\n".join(rows.splitlines()[:401]) + "\n")
+    trace = openb_head(tmp_path, 400)
     args = (
         "--trace",
         str(trace),
@@ -111,8 +119,7 @@ def test_the_windowed_optimum_is_a_plan_no_cheaper_than_the_bound(tmp_path: Path
     assert by_name["never"]["ratio"] == 0  # it pays nothing, and misses deadlines for it
     assert by_name["no-wait"]["ratio"] > 1  # it pays for every wait, needed or not
     # The page's section, on one window of the first 100 (two of 200 take the MILP 15 s more).
-    head = tmp_path / "head100.csv"
-    head.write_text("\n".join(rows.splitlines()[:101]) + "\n")
+    head = openb_head(tmp_path, 100)
     page = simulate("--trace", str(head), *args[2:], "--optimum", "100", "--format", "html").stdout
     assert "Against the windowed optimum" in page and "in 1 window of 100 jobs" in page
 
