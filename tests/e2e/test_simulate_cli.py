@@ -124,10 +124,11 @@ def test_the_windowed_optimum_is_a_plan_no_cheaper_than_the_bound(tmp_path: Path
     assert "Against the windowed optimum" in page and "in 1 window of 100 jobs" in page
 
 
-def test_a_price_on_waiting_from_the_command_line() -> None:
+def test_a_price_on_waiting_from_the_command_line(tmp_path: Path) -> None:
     """--wait-price sets burst's trigger.waitPrice for the replay: at 1.6 CHF per GPU-hour it
-    completes jobs sooner on OpenB than at none, and pays for it; a price that is none is named."""
-    base = ("--trace", "openb", "-c", CONFIG, "--format", "json")
+    completes jobs sooner on OpenB's first 1,000 than at none, and pays for it; a price that is
+    none is named."""
+    base = ("--trace", str(openb_head(tmp_path, 1000)), "-c", CONFIG, "--format", "json")
     plain = json.loads(simulate(*base).stdout)["policies"][0]
     priced = json.loads(simulate(*base, "--wait-price", "1.6").stdout)["policies"][0]
     assert priced["mean_jct_s"] < plain["mean_jct_s"] and priced["cost"] > plain["cost"]
@@ -135,11 +136,11 @@ def test_a_price_on_waiting_from_the_command_line() -> None:
     assert done.returncode == 1 and "--wait-price: '-1' is not a price of 0 or more" in done.stderr
 
 
-def test_a_wait_per_gpu_hour_and_a_max_spot_delay_from_the_command_line() -> None:
+def test_a_wait_per_gpu_hour_and_a_max_spot_delay_from_the_command_line(tmp_path: Path) -> None:
     """--wait-per-gpu-hour sends a queued job once it has waited its share: at 6m per GPU-hour
-    (compute-wait's allowance on OpenB) more jobs burst and all complete sooner on average than
-    on the deadline trigger alone; a duration that is none is named."""
-    base = ("--trace", "openb", "-c", CONFIG, "--format", "json")
+    (compute-wait's allowance on OpenB) more of OpenB's first 1,000 jobs burst and all complete
+    sooner on average than on the deadline trigger alone; a duration that is none is named."""
+    base = ("--trace", str(openb_head(tmp_path, 1000)), "-c", CONFIG, "--format", "json")
     plain = json.loads(simulate(*base).stdout)["policies"][0]
     sized = json.loads(simulate(*base, "--wait-per-gpu-hour", "6m").stdout)["policies"][0]
     assert sized["jobs_burst"] > plain["jobs_burst"]
@@ -148,11 +149,11 @@ def test_a_wait_per_gpu_hour_and_a_max_spot_delay_from_the_command_line() -> Non
     assert done.returncode == 1 and "--max-spot-delay: bad duration 'soon'" in done.stderr
 
 
-def test_a_margin_from_the_command_line_or_measured_on_a_replay() -> None:
+def test_a_margin_from_the_command_line_or_measured_on_a_replay(tmp_path: Path) -> None:
     """--margin sets burst's deadline safety margin for the replay (a share of each runtime
     here); 'measured-share' takes it from how much longer jobs ran than burst was told on a
     first replay (noisy guesses); a margin that is neither is named."""
-    base = ("--trace", "openb", "-c", CONFIG, "--format", "json")
+    base = ("--trace", str(openb_head(tmp_path, 1000)), "-c", CONFIG, "--format", "json")
     share = json.loads(simulate(*base, "--margin", "25%").stdout)
     assert (share["burst_margin_s"], share["burst_margin_share"]) == (0, 0.25)
     done = simulate(*base, "--margin", "measured-share", "--runtimes", "noisy")
@@ -164,12 +165,15 @@ def test_a_margin_from_the_command_line_or_measured_on_a_replay() -> None:
     assert done.returncode == 1 and "--margin: " in done.stderr, done.stderr
 
 
-def test_a_deadline_runtime_share_from_the_command_line_or_measured_on_a_replay() -> None:
+def test_a_deadline_runtime_share_from_the_command_line_or_measured_on_a_replay(
+    tmp_path: Path,
+) -> None:
     """--deadline-runtime-share sets the share of each runtime told that burst's deadline
     trigger counts: the replay reports it and decides differently with noisy guesses;
     'measured' takes the share nine runs in ten reached on a first replay (noisy guesses: about
     e^(-1.28 x 0.5)); a share out of range is named before any replay."""
-    base = ("--trace", "openb", "-c", CONFIG, "--format", "json", "--runtimes", "noisy")
+    trace = str(openb_head(tmp_path, 1000))
+    base = ("--trace", trace, "-c", CONFIG, "--format", "json", "--runtimes", "noisy")
     whole = json.loads(simulate(*base).stdout)
     half = json.loads(simulate(*base, "--deadline-runtime-share", "0.5").stdout)
     assert (whole["burst_deadline_runtime_share"], half["burst_deadline_runtime_share"]) == (1, 0.5)
