@@ -45,20 +45,28 @@ class Nodes:
 
     def add(self, k: int, gpus: int) -> None:
         """Node k lets `gpus` go (negative: takes them)."""
+        # The hottest function of a replay (every release an estimate takes, or gives back): no
+        # calls in it.
         f = self.free[k]
-        self.counts[max(f, 0)] -= 1
-        self.counts[max(f + gpus, 0)] += 1
-        self.free[k] = f + gpus
+        g = f + gpus
+        was, now = (f if f > 0 else 0), (g if g > 0 else 0)
+        self.free[k] = g
         self.total += gpus
+        if was == now:
+            return
+        counts = self.counts
+        counts[was] -= 1
+        counts[now] += 1
         tree, i = self._tree, self._leaves + k
-        tree[i] = max(f + gpus, 0)
-        i //= 2
+        tree[i] = now
+        i >>= 1
         while i:
-            most = max(tree[2 * i], tree[2 * i + 1])
+            left, right = tree[2 * i], tree[2 * i + 1]
+            most = left if left > right else right
             if tree[i] == most:
                 break  # nothing above changes
             tree[i] = most
-            i //= 2
+            i >>= 1
 
     def fits(self, per_pod: int, pods: int) -> bool:
         """Whether the pods fit the nodes' free GPUs now."""

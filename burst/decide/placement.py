@@ -111,7 +111,18 @@ class Placement:
         refusal = self.no_room.refusal(self, want.w, want.policy)
         if refusal is not None:
             return refusal  # what pricing it would end in, early or late, at no cost
-        refusal = self._place(want)
+        policy = want.policy
+        if (
+            want.finish_by is not None
+            and self.now + want.runtime > want.finish_by
+            and self.pools_of_policy[policy.metadata.name] >= policy.spec.limits.max_pools
+        ):
+            # No run ends by its deadline (a launch, spot restarts only make it later), and at the
+            # pool limit that is refused so: what _place would say, unpriced. Most refusals of a
+            # Philly replay with config/ were such, each one priced before its late placement.
+            refusal = _at_limit(policy)
+        else:
+            refusal = self._place(want)
         if refusal is None or want.w.deadline is None:
             return refusal
         soonest, onprem = self._soonest_cloud_finish(want), want.onprem.finish

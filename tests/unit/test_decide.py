@@ -587,6 +587,33 @@ def test_at_the_pool_limit_a_full_sized_pool_with_room_still_takes_work_with_or_
     assert not dispatches(decide.plan(snap, CATALOG, cfg, NOW, skips=False))
 
 
+def test_at_the_pool_limit_a_deadline_no_run_can_meet_is_placed_late_or_refused_at_the_limit() -> (
+    None
+):
+    # Its deadline is nearer than its run is long: no pool finishes it in time, which at the pool
+    # limit is refused unpriced. The late placement still goes into the room there is, when the
+    # soonest cloud finish beats on-prem's; when on-prem is sooner, it waits with the reason the
+    # pricing gives.
+    cfg = make_config(
+        (
+            "ml",
+            policy_spec(
+                placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1, "maxNodesPerPool": 1}
+            ),
+        )
+    )
+    roomy = _pool(free_gpus=(1,))
+    late = workload(deadline=NOW + timedelta(minutes=30), expected_runtime=H)
+    snap = Snapshot(workloads=(late,), onprem=BUSY_V100, pools=(roomy,))  # on-prem: in 3 h
+    placed = dispatches(decide.plan(snap, CATALOG, cfg, NOW))["w1"]
+    assert placed.pool == roomy.name and "no cloud meets the deadline either" in placed.reason
+    soon = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + timedelta(minutes=5)),))
+    plan = decide.plan(replace(snap, onprem=soon), CATALOG, cfg, NOW)
+    assert not dispatches(plan) and skip_reason(plan, "w1").endswith(
+        "policy ml: max 1 pools reached"
+    )
+
+
 def _one_pool_and_a_wait_trigger(queueing: str = "StrictFIFO") -> Config:
     """Policy `ml`: a 2-hour wait trigger, and room for one pool of one node on aws-euc1."""
     spec = policy_spec(
