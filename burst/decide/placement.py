@@ -111,18 +111,7 @@ class Placement:
         refusal = self.no_room.refusal(self, want.w, want.policy)
         if refusal is not None:
             return refusal  # what pricing it would end in, early or late, at no cost
-        policy = want.policy
-        if (
-            want.finish_by is not None
-            and self.now + want.runtime > want.finish_by
-            and self.pools_of_policy[policy.metadata.name] >= policy.spec.limits.max_pools
-        ):
-            # No run ends by its deadline (a launch, spot restarts only make it later), and at the
-            # pool limit that is refused so: what _place would say, unpriced. Most refusals of a
-            # Philly replay with config/ were such, each one priced before its late placement.
-            refusal = _at_limit(policy)
-        else:
-            refusal = self._place(want)
+        refusal = _too_late_at_limit(self, want) or self._place(want)
         if refusal is None or want.w.deadline is None:
             return refusal
         soonest, onprem = self._soonest_cloud_finish(want), want.onprem.finish
@@ -373,6 +362,20 @@ def _late(trigger: str | Words, soonest: datetime, now: datetime) -> str:
         f"{trigger}; no cloud meets the deadline either, the soonest cloud finish "
         f"{at(soonest, now)} beats on-prem"
     )
+
+
+def _too_late_at_limit(placement: Placement, want: Want) -> str | None:
+    """What _place would say, unpriced, of a workload no run ends by its deadline (a launch and
+    spot restarts only make it later) at its policy's pool limit; None for any other. Most
+    refusals of a Philly replay with config/ were such, each one priced before its late try."""
+    policy = want.policy
+    if (
+        want.finish_by is not None
+        and placement.now + want.runtime > want.finish_by
+        and placement.pools_of_policy[policy.metadata.name] >= policy.spec.limits.max_pools
+    ):
+        return _at_limit(policy)
+    return None
 
 
 def _at_limit(policy: BurstPolicy) -> str:
