@@ -26,6 +26,20 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 
 
+# The files that take longest, run first: with each file on one worker, the soak (three and a half
+# minutes, most of it waiting on its `burst serve` processes) started last and ran alone at the
+# end while the other worker sat idle.
+LONGEST_FIRST = ("tests/soak/test_soak.py", "tests/test_static.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 def burst_cli(
     *args: str, env: Mapping[str, str] | None = None, cwd: Path = ROOT, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
