@@ -26,9 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
 
 
-# The files that take longest, run first: with each file on one worker, the soak (three and a half
-# minutes, most of it waiting on its `burst serve` processes) started last and ran alone at the
-# end while the other worker sat idle.
+# The files that take longest, handed to the workers first (pyproject.toml keeps xdist from
+# ordering files by their number of tests): with each file on one worker, the soak (three and a
+# half minutes, most of it waiting on its `burst serve` processes) started last and ran alone at
+# the end while the other worker sat idle.
 LONGEST_FIRST = ("tests/soak/test_soak.py", "tests/test_static.py")
 
 
