@@ -46,12 +46,8 @@ class Placement:
         taken: frozenset[str],
     ) -> None:
         self.now, self.catalog, self.targets = now, catalog, targets
-        self.candidates, self.caps, self.unavailable, self.taken = (
-            candidates,
-            caps,
-            unavailable,
-            taken,
-        )
+        self.candidates, self.caps = candidates, caps
+        self.unavailable, self.taken = unavailable, taken
         self.pools: list[OpenPool] = []
         self.pools_by_offer: dict[tuple[str, str, OfferKey], list[OpenPool]] = defaultdict(list)
         self.pools_of_policy: dict[str, int] = defaultdict(int)
@@ -111,7 +107,7 @@ class Placement:
         refusal = self.no_room.refusal(self, want.w, want.policy)
         if refusal is not None:
             return refusal  # what pricing it would end in, early or late, at no cost
-        refusal = _too_late_at_limit(self, want) or self._place(want)
+        refusal = self._place(want)
         if refusal is None or want.w.deadline is None:
             return refusal
         soonest, onprem = self._soonest_cloud_finish(want), want.onprem.finish
@@ -150,6 +146,8 @@ class Placement:
         spec = p.spec
         at_limit = self.pools_of_policy[p.metadata.name] >= spec.limits.max_pools
         deadline = want.finish_by
+        if at_limit and deadline is not None and self.now + want.runtime > deadline:
+            return _at_limit(p)  # no pool ends it in time (a launch, spot restarts are later still)
         spot_ok = self.spot_ok(want)
         max_cost_usd = self.max_cost_usd(want)
         refusals: list[str] = []
@@ -362,20 +360,6 @@ def _late(trigger: str | Words, soonest: datetime, now: datetime) -> str:
         f"{trigger}; no cloud meets the deadline either, the soonest cloud finish "
         f"{at(soonest, now)} beats on-prem"
     )
-
-
-def _too_late_at_limit(placement: Placement, want: Want) -> str | None:
-    """What _place would say, unpriced, of a workload no run ends by its deadline (a launch and
-    spot restarts only make it later) at its policy's pool limit; None for any other. Most
-    refusals of a Philly replay with config/ were such, each one priced before its late try."""
-    policy = want.policy
-    if (
-        want.finish_by is not None
-        and placement.now + want.runtime > want.finish_by
-        and placement.pools_of_policy[policy.metadata.name] >= policy.spec.limits.max_pools
-    ):
-        return _at_limit(policy)
-    return None
 
 
 def _at_limit(policy: BurstPolicy) -> str:
