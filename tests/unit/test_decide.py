@@ -548,15 +548,19 @@ def test_a_reuse_that_keeps_a_node_up_for_it_alone_loses_to_a_pool_of_its_own() 
         assert dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"].pool == pool.name
 
 
-def test_max_pools_refuses_a_new_pool() -> None:
-    cfg = make_config(
-        (
-            "ml",
-            policy_spec(
-                placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1, "maxNodesPerPool": 1}
-            ),
-        )
+def _one_pool_of_one_node(
+    trigger: dict[str, str] | None = None, queueing: str = "StrictFIFO"
+) -> Config:
+    """Policy `ml`: room for one pool of one node on aws-euc1, and `trigger` if given."""
+    more = {"trigger": trigger} if trigger else {}
+    spec = policy_spec(
+        placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1, "maxNodesPerPool": 1}, **more
     )
+    return make_config(("ml", spec), queueing=queueing)
+
+
+def test_max_pools_refuses_a_new_pool() -> None:
+    cfg = _one_pool_of_one_node()
     full = _pool(free_gpus=(0,))
     snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(full,))
     plan = decide.plan(snap, CATALOG, cfg, NOW)
@@ -569,14 +573,7 @@ def test_at_the_pool_limit_a_full_sized_pool_with_room_still_takes_work_with_or_
     # The policy is at its limits (1 pool of 1 node), but its node has GPUs free: the workload
     # goes there. A replay, which asks for no reasons, skips a policy with no room at all before
     # pricing anything: it must not take this one for full.
-    cfg = make_config(
-        (
-            "ml",
-            policy_spec(
-                placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1, "maxNodesPerPool": 1}
-            ),
-        )
-    )
+    cfg = _one_pool_of_one_node()
     roomy = _pool(free_gpus=(7,))
     snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(roomy,))
     for skips in (True, False):
@@ -594,14 +591,7 @@ def test_at_the_pool_limit_a_deadline_no_run_can_meet_is_placed_late_or_refused_
     # limit is refused unpriced. The late placement still goes into the room there is, when the
     # soonest cloud finish beats on-prem's; when on-prem is sooner, it waits with the reason the
     # pricing gives.
-    cfg = make_config(
-        (
-            "ml",
-            policy_spec(
-                placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1, "maxNodesPerPool": 1}
-            ),
-        )
-    )
+    cfg = _one_pool_of_one_node()
     roomy = _pool(free_gpus=(1,))
     late = workload(deadline=NOW + timedelta(minutes=30), expected_runtime=H)
     snap = Snapshot(workloads=(late,), onprem=BUSY_V100, pools=(roomy,))  # on-prem: in 3 h
@@ -616,12 +606,7 @@ def test_at_the_pool_limit_a_deadline_no_run_can_meet_is_placed_late_or_refused_
 
 def _one_pool_and_a_wait_trigger(queueing: str = "StrictFIFO") -> Config:
     """Policy `ml`: a 2-hour wait trigger, and room for one pool of one node on aws-euc1."""
-    spec = policy_spec(
-        trigger={"maxPendingWait": "2h"},
-        placement={"targets": ["aws-euc1"]},
-        limits={"maxPools": 1, "maxNodesPerPool": 1},
-    )
-    return make_config(("ml", spec), queueing=queueing)
+    return _one_pool_of_one_node({"maxPendingWait": "2h"}, queueing)
 
 
 def test_a_backlog_past_its_wait_trigger_sends_its_most_urgent_into_the_last_room() -> None:
