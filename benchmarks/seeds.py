@@ -6,6 +6,7 @@ with `--optimum N` each policy's cost against the windowed optimum too.
         [--runtimes exact,noisy,learned] [--optimum 200] [--workers 2] [--wait-price 1.6]
         [--queueing BestEffortFIFO] [--margin measured|measured-share|30m|25%]
         [--wait-per-gpu-hour 64s] [--max-spot-delay 2m] [--deadline-runtime-share 0.5]
+        [--idle-ttl-choice next-arrival]
 
 A row: cost, missed deadlines and mean completion time of burst, compute-wait, constant-wait and
 no-wait, then whether burst was cheaper than each at no more misses and no later mean completion
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument(
         "--deadline-runtime-share", default="", help="burst's trigger.deadlineRuntimeShare"
     )
+    parser.add_argument("--idle-ttl-choice", default="", help="burst's teardown.idleTtlChoice")
     args = parser.parse_args()
     knobs = [
         f"--{name.replace('_', '-')}={value}"
@@ -115,6 +117,7 @@ def main() -> None:
             "wait_per_gpu_hour",
             "max_spot_delay",
             "deadline_runtime_share",
+            "idle_ttl_choice",
         )
         if (value := getattr(args, name))
     ]

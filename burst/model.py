@@ -208,6 +208,9 @@ class Snapshot:
     unavailable: tuple[OfferKey, ...] = ()
     # Targets whose cluster does not answer now: a pool there could be made, its copies not.
     silent_targets: tuple[str, ...] = ()
+    # Workloads each policy sent to a cloud in the hour before `taken_at`, by policy name: how
+    # often work comes, for the pools whose idle TTL is chosen against the next arrival.
+    sent_last_hour: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

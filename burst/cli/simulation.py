@@ -100,6 +100,14 @@ def simulate_cmd(
             "e.g. 5m (the policy's placement.maxSpotDelay, instead of the configuration's).",
         ),
     ] = None,
+    idle_ttl_choice: Annotated[
+        Literal["fixed", "next-arrival"] | None,
+        typer.Option(
+            help="How burst keeps an idle pool (the policy's teardown.idleTtlChoice, instead of "
+            "the configuration's): fixed, for its idleTtl; next-arrival, for at most that, and "
+            "deleted as soon as no work for it is expected before a new pool could launch.",
+        ),
+    ] = None,
     deadline_runtime_share: Annotated[
         str | None,
         typer.Option(
@@ -173,6 +181,8 @@ def simulate_cmd(
         if max_spot_delay is not None:
             delay = _duration("--max-spot-delay", max_spot_delay)
             cfg = variants.with_placement(cfg, name, max_spot_delay=delay)
+        if idle_ttl_choice is not None:
+            cfg = variants.with_teardown(cfg, name, idle_ttl_choice=idle_ttl_choice)
         if deadline_runtime_share not in (None, "measured"):
             counted = variants.parse_runtime_share(deadline_runtime_share)
             cfg = variants.with_trigger(cfg, name, deadline_runtime_share=counted)

@@ -416,7 +416,11 @@ class Limits(Strict):
 
 
 class TeardownSpec(Strict):
+    # How long a pool that runs nothing is kept for work to come. `fixed`: idleTtl. `next-arrival`:
+    # at most idleTtl, and deleted as soon as no work for it is expected before a new pool could
+    # be up (decide/existing.py, expected_gap).
     idle_ttl: Duration = timedelta(minutes=10)
+    idle_ttl_choice: Literal["fixed", "next-arrival"] = "fixed"
     max_lifetime: Duration = timedelta(hours=24)
 
 

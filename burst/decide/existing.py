@@ -1,27 +1,43 @@
 """The pools that exist, as a plan starts: which to delete, and which take work in it.
 
-Part of the decision (planner.py calls it first; pure, no I/O). A pool idle past its policy's TTL,
+Part of the decision (planner.py calls it first, and last for the idle pools the plan gave no
+work; pure, no I/O). A pool idle past its policy's TTL,
 past its lifetime with nothing running, or of a policy that is gone once nothing runs on it is
-deleted; the others that can still take work are opened in the plan's Placement with their free
-room, and every pool the cloud may still run counts against its policy's pool limit.
+deleted; so is an idle one whose policy chooses its TTL against the next arrival when no work for
+it is expected before a new pool could be up. The others that can still take work are opened in
+the plan's Placement with their free room, and every pool the cloud may still run counts against
+its policy's pool limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 
 from burst.cloud.catalog import Catalog
-from burst.config import BurstPolicy, TargetSpec
+from burst.config import BurstPolicy, Config, TargetSpec
+from burst.decide.candidates import Candidates, allowed_accelerators
+from burst.decide.caps import Budgets, Caps, Rates
 from burst.decide.placement import Placement
 from burst.decide.pools import OpenPool
+from burst.decide.triggers import wait_ends
 from burst.durations import format_duration
-from burst.model import DeletePool, PoolView
+from burst.model import DeletePool, PoolView, Snapshot, Workload
+from burst.money.guard import horizon
 
 REUSABLE_STATES = frozenset({"requested", "creating", "ready"})
 # Pools that count against maxPools: every one the cloud may still run (the soak saw a seventh
 # pool launched while a sixth was still being deleted, with maxPools 6).
 UP_STATES = REUSABLE_STATES | {"draining", "deleting"}
+
+
+# The sends a policy's rate of work is read from: the last hour's (Snapshot.sent_last_hour).
+SENT_WINDOW = timedelta(hours=1)
+
+# The waiting workloads' policies by uid, those of them placed in the plan, and each one's runtime.
+Claims = tuple[
+    Mapping[str, BurstPolicy], Collection[str], Callable[[Workload, BurstPolicy], timedelta]
+]
 
 
 def deletions(
@@ -37,6 +53,50 @@ def deletions(
     return out
 
 
+def unneeded(
+    snapshot: Snapshot,
+    config: Config,
+    targets: Mapping[str, TargetSpec],
+    kept: set[str],
+    claims: Claims,
+    catalog: Catalog,
+    now: datetime,
+) -> list[DeletePool]:
+    """The idle pools of policies that choose their TTL against the next arrival to delete now,
+    once the plan has placed its work: those not `kept` (deleted already, or given work in it)
+    whose next work is expected later than a new pool would launch (expected_gap). Idle until
+    then, their nodes would cost more than booting new ones then (a launch bills its boot, and
+    needs no more nodes than the pool has); for work that comes sooner, they are kept, up to the
+    TTL."""
+    policy_of, placed, runtime = claims
+    out = []
+    for pv in sorted(snapshot.pools, key=lambda p: p.name):
+        policy, target = config.policies.get(pv.policy), targets.get(pv.target)
+        if (
+            pv.state not in REUSABLE_STATES
+            or pv.idle_since is None
+            or pv.name in kept
+            or policy is None
+            or target is None
+            or policy.spec.teardown.idle_ttl_choice != "next-arrival"
+        ):
+            continue
+        waiting = (
+            (w, runtime(w, policy))
+            for w in snapshot.workloads
+            if policy_of.get(w.uid) is policy and w.uid not in placed
+        )
+        sent = snapshot.sent_last_hour.get(pv.policy, 0)
+        gap, launch = expected_gap(pv, policy, waiting, sent, catalog, now), target.provisioning
+        if gap > launch:
+            why = (
+                f"idle {format_duration(now - pv.idle_since)}, and its next work is expected in "
+                f"{format_duration(gap)}, later than a new pool launches ({format_duration(launch)})"
+            )
+            out.append(DeletePool(pv.name, why))
+    return out
+
+
 def _delete_reason(pv: PoolView, policy: BurstPolicy | None, now: datetime) -> str | None:
     if policy is None:
         return f"policy {pv.policy} no longer exists" if pv.idle_since else None
@@ -48,6 +108,59 @@ def _delete_reason(pv: PoolView, policy: BurstPolicy | None, now: datetime) -> s
         idle = format_duration(now - pv.idle_since)
         return f"idle {idle} >= idle TTL {format_duration(ttl)}"
     return None
+
+
+def expected_gap(
+    pv: PoolView,
+    policy: BurstPolicy,
+    waiting: Iterable[tuple[Workload, timedelta]],
+    sent_last_hour: int,
+    catalog: Catalog,
+    now: datetime,
+) -> timedelta:
+    """How long until work is expected for the idle pool `pv`: the policy's sends of the last hour
+    taken as a steady rate (an hour over their number; with none, an hour at least), or sooner,
+    when one of its `waiting` workloads (each with its runtime) that the pool's nodes could run
+    reaches the end of its wait (triggers.wait_ends). One past it already and still waiting was
+    refused by the plan: it keeps nothing."""
+    gap = SENT_WINDOW / sent_last_hour if sent_last_hour else SENT_WINDOW
+    offer, trigger = pv.offer, policy.spec.trigger
+    for w, runtime in waiting:
+        if w.gpus_per_pod > offer.gpus or (
+            w.accelerator is not None
+            and offer.accelerator not in allowed_accelerators(policy, w.accelerator, catalog)
+        ):
+            continue
+        when = wait_ends(w, trigger, runtime)
+        if when is not None and when > now:
+            gap = min(gap, when - now)
+    return gap
+
+
+def placement_for(
+    snapshot: Snapshot,
+    catalog: Catalog,
+    config: Config,
+    targets: Mapping[str, TargetSpec],
+    deleted: set[str],
+    now: datetime,
+) -> Placement:
+    """Where workloads may go: the existing pools that take work (not `deleted`), and room for new
+    ones on `targets` (those that answer)."""
+    assert config.service is not None
+    spec = config.service.spec
+    rates = Rates(spec.usd_rates(now))
+    placement = Placement(
+        now,
+        catalog,
+        targets,
+        Candidates(catalog, targets, spec.targets, rates),
+        Caps(rates, Budgets(snapshot.budgets, rates, horizon(config))),
+        frozenset(snapshot.unavailable),
+        frozenset(p.name for p in snapshot.pools),
+    )
+    open_existing(placement, snapshot.pools, config.policies, targets, catalog, deleted, now)
+    return placement
 
 
 def open_existing(

@@ -39,9 +39,9 @@ from datetime import datetime, timedelta
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config, selector_matches
-from burst.decide.candidates import Candidates, allowed_accelerators, expected_run
-from burst.decide.caps import Budgets, Caps, PlanError, Rates
-from burst.decide.existing import deletions, open_existing
+from burst.decide.candidates import allowed_accelerators, expected_run
+from burst.decide.caps import PlanError
+from burst.decide.existing import deletions, placement_for, unneeded
 from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import pool_actions
@@ -50,12 +50,12 @@ from burst.decide.wording import Words
 from burst.model import (
     Action,
     CancelDispatch,
+    DeletePool,
     Plan,
     Skip,
     Snapshot,
     Workload,
 )
-from burst.money.guard import horizon
 
 __all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run", "plan"]
 
@@ -112,28 +112,6 @@ class _Planner:
             return w.expected_runtime
         return policy.spec.defaults.expected_runtime if policy else DEFAULT_RUNTIME
 
-    # -- existing pools --
-
-    def _placement(self) -> Placement:
-        """Where workloads may go: the existing pools that take work, and room for new ones."""
-        assert self.config.service is not None
-        spec = self.config.service.spec
-        rates = Rates(spec.usd_rates(self.now))
-        placement = Placement(
-            self.now,
-            self.catalog,
-            self.targets,
-            Candidates(self.catalog, self.targets, spec.targets, rates),
-            Caps(rates, Budgets(self.snapshot.budgets, rates, horizon(self.config))),
-            frozenset(self.snapshot.unavailable),
-            frozenset(p.name for p in self.snapshot.pools),
-        )
-        pools, policies = self.snapshot.pools, self.config.policies
-        open_existing(
-            placement, pools, policies, self.targets, self.catalog, self.deleted, self.now
-        )
-        return placement
-
     def _why(
         self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
     ) -> tuple[str | Words | None, str, Money | None]:
@@ -173,6 +151,20 @@ class _Planner:
                 return True
         return False
 
+    def _open(self) -> Placement:
+        return placement_for(
+            self.snapshot, self.catalog, self.config, self.targets, self.deleted, self.now
+        )
+
+    def _unneeded(self) -> list[DeletePool]:
+        """Idle pools no work is expected for before a new one launches, once the work is placed."""
+        given = {d.workload: d.pool for d in self.placement.dispatches}
+        kept = self.deleted | set(given.values())
+        claims = (self.policy_of, given.keys(), self.runtime)
+        return unneeded(
+            self.snapshot, self.config, self.targets, kept, claims, self.catalog, self.now
+        )
+
     def _none_fits(self, policies: list[BurstPolicy]) -> bool:
         """Whether no policy claiming a waiting workload has room for any (never when explaining:
         every workload's reason is worded then)."""
@@ -191,10 +183,6 @@ class _Planner:
     # -- the whole plan --
 
     def run(self) -> Plan:
-        deleted = deletions(self.snapshot.pools, self.config.policies, self.now)
-        self.actions += deleted
-        self.deleted = {d.pool for d in deleted}
-        self.placement = self._placement()
         pending: list[Workload] = []
         for w in self.snapshot.workloads:
             if w.phase == "started" and w.planned_pool is not None:
@@ -214,6 +202,10 @@ class _Planner:
                     w.name,
                     f"no BurstPolicy claims namespace {w.namespace} with these labels",
                 )
+        deleted = deletions(self.snapshot.pools, self.config.policies, self.now)
+        self.actions += deleted
+        self.deleted = {d.pool for d in deleted}
+        self.placement = self._open()
         claiming = list({p.metadata.name: p for p in self.policy_of.values()}.values())
         if self._none_fits(claiming):
             pending = []  # nothing to place: no queue to walk
@@ -231,7 +223,7 @@ class _Planner:
                 and self.queueing == "BestEffortFIFO"
                 and self._stale(pending, placed, runtimes)
             ):
-                self.placement = self._placement()
+                self.placement = self._open()
                 placed.clear()
             if self._none_fits(claiming):
                 break
@@ -320,6 +312,7 @@ class _Planner:
                         )
             if not refused:
                 break  # the next round would see the same queue: those placed leave it either way
+        self.actions += self._unneeded()
         return Plan(
             tuple(
                 pool_actions(self.placement.pools, self.catalog)

@@ -157,6 +157,20 @@ def time_saved(
     return why, worth
 
 
+def wait_ends(w: Workload, t: Trigger, runtime: timedelta) -> datetime | None:
+    """When the wait triggers send `w` if it still waits, whatever its on-prem estimate: past the
+    maximum wait, or past its wait per GPU-hour of `runtime`. None: the policy limits no wait. (The
+    deadline trigger is not bound to a time so: it fires at once or as the estimate moves.)"""
+    times = []
+    if t.max_pending_wait is not None:
+        times.append(w.pending_since + t.max_pending_wait)
+    if t.wait_per_gpu_hour is not None:
+        times.append(
+            w.pending_since + t.wait_per_gpu_hour * (w.gpus * runtime / timedelta(hours=1))
+        )
+    return min(times, default=None)
+
+
 def urgency(w: Workload, runtime: timedelta, now: datetime) -> tuple[datetime, datetime, str]:
     """Placement order: the latest start that still meets the deadline, earliest first."""
     if w.deadline is None:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from burst import decide
@@ -23,6 +23,7 @@ from burst.clock import Clock
 from burst.cloud.catalog import Catalog, UnavailableOffers
 from burst.cloud.provision import Provisioner, pool_views, take_failed
 from burst.config import Config
+from burst.decide.existing import SENT_WINDOW
 from burst.kube.copies import RemoteCopies
 from burst.kube.events import EventRecorder
 from burst.kube.observe import Observer
@@ -211,8 +212,7 @@ class Reconciler:
                 self.teardown.delete_pool(s, name, f"{target}'s cluster stopped answering")
             tell_waiting_for_deletion(s, target, self.observer, self.replicator.events)
 
-    def _budget_views(self, s: Session) -> tuple[BudgetView, ...]:
-        now = self.clock.now()
+    def _budget_views(self, s: Session, now: datetime) -> tuple[BudgetView, ...]:
         rates = self.service.usd_rates(now)
         return tuple(
             BudgetView(b.name, b.scope, b.value, b.amount - ledger.used(s, b, now, rates), b.hard)
@@ -262,9 +262,10 @@ class Reconciler:
             workloads=tuple(pending),
             onprem=self.observer.onprem(),
             pools=tuple(pool_views(s, used, self.teardown.idle_since)),
-            budgets=self._budget_views(s),
+            budgets=self._budget_views(s, now),
             unavailable=tuple(self.unavailable.current()),
             silent_targets=silent,
+            sent_last_hour=sent_last_hour(s, now),
         )
         with DECISION_SECONDS.time():
             plan = decide.plan(snapshot, self.catalog, self.config, now)
@@ -370,3 +371,16 @@ def tell_waiting_for_deletion(
             events.record(obj, "Warning", "WaitingForPoolDeletion", why)
         except CLUSTER_ERRORS as exc:
             log.warning("event on %s: %s", uid, exc)
+
+
+def sent_last_hour(s: Session, now: datetime) -> dict[str, int]:
+    """How many workloads each policy sent to a cloud in the hour up to `now`, by its dispatches."""
+    return {
+        policy: int(n)
+        for policy, n in s.execute(
+            select(Pool.policy, func.count())
+            .join(DispatchRow, DispatchRow.pool_id == Pool.id)
+            .where(DispatchRow.created_at > now - SENT_WINDOW)
+            .group_by(Pool.policy)
+        )
+    }

@@ -179,6 +179,12 @@ class CloudPools(OnPremQueue):
         policy = self.config.policies.get(pool.policy)
         ttl = policy.spec.teardown.idle_ttl if policy else timedelta(minutes=10)
         self._at(self.now + ttl.total_seconds(), "idle-check", pool.id)
+        if (
+            self.idle_checked_at_once
+            and policy
+            and policy.spec.teardown.idle_ttl_choice == "next-arrival"
+        ):
+            self._at(self.now, "idle-check", pool.id)  # it may go at once, with no work in sight
 
     def _interrupt(self, pool: Pool, k: int) -> None:
         node = pool.nodes[k]

@@ -18,6 +18,7 @@ runtime for it (`--runtimes`: that duration, a user's guess, a learned estimate 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
 import heapq
@@ -93,6 +94,9 @@ class World(Views):
         # On-prem runs out of order for a policy that schedules it so (starburst), or for every
         # policy when the cluster's queueing is best-effort.
         self.out_of_order = getattr(policy, "out_of_order", False) or self.best_effort
+        # Only burst's plan reads teardown.idleTtlChoice: a baseline keeps to the fixed TTL and
+        # decides no more often for it.
+        self.idle_checked_at_once = isinstance(policy, Burst)
         if total:
             heapq.heappush(self._events, (self.jobs[0].spec.submit, 1, "arrive", 0))
         while self._events:
@@ -167,6 +171,7 @@ class World(Views):
                     continue  # its pool was refused: the next decision places it again
                 if self.jobs[i].state == "queued":
                     self._plan(i, pool)
+                    self.sent.setdefault(pool.policy, collections.deque()).append(self.now)
             elif isinstance(a, CancelDispatch):
                 self._unplan(int(a.workload))
             elif isinstance(a, DeletePool):
@@ -298,6 +303,7 @@ class Burst:
             pools=world.pool_views(),
             budgets=world.budget_views(),
             unavailable=tuple(world.unavailable.current()),
+            sent_last_hour=world.sent_last_hour(),
         )
         return decide.plan(snapshot, world.catalog, self.config, now, skips=False).actions
 

@@ -5,6 +5,7 @@ change, views.py shows it to the policies; simulate.py's World runs the replay."
 
 from __future__ import annotations
 
+import collections
 import heapq
 import math
 import random
@@ -236,6 +237,7 @@ class WorldState:
         # On-prem first fit in queue order (queue.py): the cluster's queueing, or a policy's choice
         self.best_effort = self.service.on_prem.queueing == "BestEffortFIFO"
         self.out_of_order = self.best_effort
+        self.idle_checked_at_once = False  # a pool gone idle is a decision (simulate.py)
         # on-prem, by job index: its pods as the decision sees them, and the node of each
         self.running: dict[int, tuple[RunningWorkload, ...]] = {}
         self.placed: dict[int, list[int]] = {}
@@ -253,6 +255,8 @@ class WorldState:
         self.roomy: dict[str, PoolView] = {}  # the views with a GPU free
         self.idling: dict[str, Pool] = {}  # the pools running nothing, with nothing planned
         self.unavailable = UnavailableOffers(_VirtualClock(self))
+        # When each policy sent a job to a cloud, the last hour of it (views.py sent_last_hour).
+        self.sent: dict[str, collections.deque[float]] = {}
         self.now = 0.0
         self._events: list[tuple[float, int, str, int | tuple[int, int]]] = []
         self._seq = 0

@@ -35,6 +35,11 @@ def with_placement(config: Config, policy: str, **changes: Any) -> Config:
     return _with_spec_part(config, policy, "placement", changes)
 
 
+def with_teardown(config: Config, policy: str, **changes: Any) -> Config:
+    """The configuration with one policy's teardown changed."""
+    return _with_spec_part(config, policy, "teardown", changes)
+
+
 def _with_spec_part(config: Config, policy: str, part: str, changes: dict[str, Any]) -> Config:
     p = config.policies[policy]
     varied = getattr(p.spec, part).model_copy(update=changes)

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import cast
 
 from burst.amounts import Money
+from burst.decide.existing import SENT_WINDOW
 from burst.decide.pools import first_fit
 from burst.model import PoolView, Workload
 from burst.sim.clouds import CloudPools
@@ -104,6 +105,13 @@ class Views(CloudPools):
             w = replace(w, lost_copy=True)
         self.queued_as[i] = w
         return w
+
+    def sent_last_hour(self) -> dict[str, int]:
+        """How many jobs each policy sent to a cloud in the hour up to now (Snapshot's field)."""
+        for times in self.sent.values():
+            while times and times[0] <= self.now - SENT_WINDOW.total_seconds():
+                times.popleft()
+        return {policy: len(times) for policy, times in self.sent.items() if times}
 
     def pool_views(self) -> tuple[PoolView, ...]:
         """Every live pool's view, in the order of `pools`."""

@@ -196,6 +196,7 @@ class Dispatch(Base):
     __table_args__ = (
         UniqueConstraint("workload_id", "attempt"),
         UniqueConstraint("target", "remote_namespace", "remote_name"),
+        Index("ix_dispatches_created_at", "created_at"),  # the last hour's, counted each pass
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -466,6 +466,50 @@ def test_an_idle_pool_grown_for_new_work_is_not_deleted_as_idle_while_it_grows(
         engine.dispose()
 
 
+def test_an_idle_pool_with_no_work_expected_before_a_launch_goes_at_once_rather_than_a_ttl_later(
+    kube: Any, tmp_path: Path
+) -> None:
+    """A policy whose idle TTL is chosen against the next arrival, with a TTL of an hour: its two
+    jobs done and nothing waiting, its last hour's two sends put the next in 30 minutes, later
+    than its 10-minute launch, and the pool goes at the next pass."""
+    cfg = one_target_config(tmp_path)
+    text = (tmp_path / "config.yaml").read_text()
+    text = text.replace("idleTtl: 4s", "idleTtl: 1h\n    idleTtlChoice: next-arrival")
+    (tmp_path / "config.yaml").write_text(text)
+    cfg = config.load([tmp_path], config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()))
+    clock = FakeClock()
+    cluster, remote, provider = cloud(clock)
+    engine, sessions = sessions_in(tmp_path)
+    cms_ml(
+        kube,
+        *(job_manifest(name, 1, deadline="4h", seconds=60) for name in ("first", "second")),
+    )
+    observer = Observer(kube, clock).start()
+    try:
+        assert observer.wait_synced()
+        wait_for(lambda: len(observer.workloads()) == 2)
+        loop = reconciler(cfg, clock, sessions, observer, kube, remote.api, provider)
+        passes_until(loop, clock, lambda: set(states(sessions).values()) == {"succeeded"})
+        done = clock.now()
+        passes_until(
+            loop, clock, lambda: _one_pool(sessions).state != "ready", step=timedelta(seconds=1)
+        )
+        assert clock.now() - done <= timedelta(seconds=1)  # the pass that finds it idle
+        assert _one_pool(sessions).state_reason == (
+            "idle 0s, and its next work is expected in 30m, later than a new pool launches (10m)"
+        )
+    finally:
+        observer.stop()
+        cluster.stop()
+        engine.dispose()
+
+
+def _one_pool(sessions: sessionmaker[Session]) -> Pool:
+    with sessions() as s:
+        (pool,) = s.scalars(select(Pool)).all()
+        return pool
+
+
 def test_a_pool_whose_jobs_are_gone_from_the_cluster_is_still_metered_and_deleted(
     kube: Any, tmp_path: Path
 ) -> None:

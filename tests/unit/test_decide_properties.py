@@ -25,6 +25,7 @@ from burst.decide.triggers import Want
 from burst.model import (
     BudgetView,
     CreatePool,
+    DeletePool,
     Dispatch,
     OfferKey,
     OnPrem,
@@ -58,6 +59,7 @@ POLICY_VARIANTS: list[dict[str, Any]] = [
             "maxPools": 2,
             "maxCostPerJob": "150.00",
         },
+        teardown={"idleTtl": "30m", "idleTtlChoice": "next-arrival"},
     ),
     policy_spec(
         placement={
@@ -66,7 +68,7 @@ POLICY_VARIANTS: list[dict[str, Any]] = [
             "accelerators": {"A100": ["A100", "A100-80GB"]},
         },
         limits={"maxNodesPerPool": 2, "maxPools": 1},
-        teardown={"idleTtl": "5m", "maxLifetime": "6h"},
+        teardown={"idleTtl": "5m", "idleTtlChoice": "next-arrival", "maxLifetime": "6h"},
     ),
     # A price on waiting: some burst for the time they save, and some it refuses at their price.
     policy_spec(
@@ -138,7 +140,12 @@ def pools(draw: st.DrawFn, name: str) -> PoolView:
         state=draw(st.sampled_from(["ready", "creating"])),
         created=NOW - draw(minutes),
         free_gpus=free,
-        idle_since=draw(st.none() | minutes.map(lambda d: NOW - d)),
+        # Idle for long, or for less than the TTLs (5m, 10m, 30m): those the next arrival decides.
+        idle_since=draw(
+            st.none()
+            | minutes.map(lambda d: NOW - d)
+            | st.integers(0, 30).map(lambda m: NOW - M * m)
+        ),
     )
 
 
@@ -163,7 +170,14 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         for team in draw(st.lists(st.sampled_from(TEAMS), unique=True))
     )
     existing = tuple(draw(pools(f"pool-{i}")) for i in range(draw(st.integers(0, 3))))
-    snap = Snapshot(workloads=ws, onprem=OnPrem(capacity, running), pools=existing, budgets=budgets)
+    sent = {"ml": draw(st.integers(0, 12))}  # how often work came in the last hour
+    snap = Snapshot(
+        workloads=ws,
+        onprem=OnPrem(capacity, running),
+        pools=existing,
+        budgets=budgets,
+        sent_last_hour=sent,
+    )
     return snap, draw(st.sampled_from(CONFIGS))
 
 
@@ -333,7 +347,17 @@ def the_same_input_gives_the_same_plan(snap: Snapshot, cfg: Config, plan: Plan) 
     )
 
 
+def a_pool_deleted_is_deleted_once_and_given_no_work(
+    snap: Snapshot, cfg: Config, plan: Plan
+) -> None:
+    deleted = [a.pool for a in plan.actions if isinstance(a, DeletePool)]
+    assert len(deleted) == len(set(deleted)), plan
+    given = {a.pool for a in plan.actions if isinstance(a, (Dispatch, ResizePool))}
+    assert not given & set(deleted), plan
+
+
 PROPERTIES = [
+    a_pool_deleted_is_deleted_once_and_given_no_work,
     no_plan_exceeds_a_hard_budget,
     no_plan_exceeds_a_cap,
     dispatches_respect_gpu_and_target,

@@ -248,6 +248,28 @@ def test_burst_sends_the_tight_job_and_keeps_the_loose_one() -> None:
     assert world.jobs[2].started == 4 * 3600  # the loose job waited for on-prem
 
 
+def test_a_pool_with_no_work_in_sight_goes_at_the_tick_its_job_ends_rather_than_a_ttl_later() -> (
+    None
+):
+    hog = job("hog", 0, 4 * 3600, 8, 10**6)
+    tight = job("tight", 10, 600, 1, 10 + 600 + 3000)
+    ttl = CFG.policies[POLICY.metadata.name].spec.teardown.idle_ttl.total_seconds()
+    ended = {}
+    for choice in ("fixed", "next-arrival"):
+        cfg = variants.with_teardown(CFG, POLICY.metadata.name, idle_ttl_choice=choice)
+        world = simulate.World([hog, tight], {"V100": 8}, cfg, OFFERS, seed=1, clouds=STEADY)
+        world.run(simulate.Burst(cfg))
+        (pool,) = world.pool_list
+        (node,) = pool.nodes
+        assert world.jobs[1].finished is not None and node.ended is not None
+        ended[choice] = node.ended - world.jobs[1].finished
+    # Fixed: the TTL (the autoscaler's scale-down of the empty node comes as late). Next-arrival:
+    # one send in the last hour, none waiting: the next is an hour off, so the pool goes at the
+    # next decision tick.
+    assert ended["fixed"] == ttl
+    assert 0 <= ended["next-arrival"] < world.tick
+
+
 def test_no_pool_goes_while_a_job_runs_on_it() -> None:
     # Without spot, nothing may end a run early: a pool is deleted only once it is idle. (A node
     # that joined a busy pool used to come up "idle" and the pool was deleted under its jobs.)
