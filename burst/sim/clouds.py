@@ -21,7 +21,7 @@ class CloudPools(OnPremQueue):
     def _create(self, a: CreatePool) -> bool:
         offer = self.catalog.get(a.offer)
         assert offer is not None, a.offer
-        if self.rng.random() < self.clouds.shortage:
+        if self.draw("shortage", a.offer).random() < self.clouds.shortage:
             self.refusals += 1
             self.unavailable.mark(a.offer)
             return False
@@ -30,12 +30,12 @@ class CloudPools(OnPremQueue):
             len(self.pool_list), a.pool, a.target, a.policy, a.offer, offer.hourly.micros, self.now
         )
         self._open(pool)
-        pool.doomed = self.rng.random() < self.clouds.launch_failure
+        pool.doomed = self.draw("failure", a.offer).random() < self.clouds.launch_failure
         self._boot(pool, a.nodes)
         return True
 
     def _boot(self, pool: Pool, count: int) -> None:
-        delay = self.clouds.latency[pool.offer.cloud].sample(self.rng)
+        delay = self.clouds.latency[pool.offer.cloud].sample(self.draw("latency", pool.offer))
         # A launch fails as a whole: nodes added while it launches share its fate, and nodes
         # added to a pool that is up come up.
         fails = pool.state == "requested" and pool.doomed
@@ -66,7 +66,7 @@ class CloudPools(OnPremQueue):
         if pool.offer.capacity == "spot" and rate > 0:
             for k, node in enumerate(pool.nodes):
                 if node.ended is None and node.ready_at == self.now:
-                    lost = self.now + self.rng.expovariate(rate) * 3600
+                    lost = self.now + self.draw("reclaim", pool.offer).expovariate(rate) * 3600
                     self._at(lost, "interrupt", (pool.id, k))
         # Idle only if no node runs anything: a node added to a busy pool comes up empty too.
         if pool.idle_since is None and not pool.planned and not any(n.jobs for n in pool.alive):

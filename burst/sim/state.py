@@ -205,7 +205,8 @@ class WorldState:
         assert config.service is not None
         self.config, self.catalog, self.clouds = config, catalog, clouds
         self.service = config.service.spec
-        self.rng = random.Random(seed)  # noqa: S311 (simulation, not security)
+        self.seed = seed
+        self._draws: dict[tuple[str, OfferKey, int], int] = {}  # made so far, per key (draw())
         self.tick = max(1, int(self.service.intervals.reconcile.total_seconds()))
         self.capacity = dict(onprem)
         # Each product's nodes of NODE_GPUS GPUs (the last one smaller if they do not divide):
@@ -301,6 +302,20 @@ class WorldState:
     def _at(self, when: float, kind: str, payload: int | tuple[int, int] = 0) -> None:
         self._seq += 1
         heapq.heappush(self._events, (when, self._seq, kind, payload))
+
+    def draw(self, kind: str, offer: OfferKey) -> random.Random:
+        """The random source of one draw of the clouds' `kind` (a refusal, a failed launch, a
+        launch's latency, a spot node's life) for `offer` now: seeded by the replay's seed, the
+        kind, the offer, the minute and how many such draws this minute saw before, rather than
+        taken in turn from one stream. So every policy replayed on a seed meets the same clouds:
+        a launch asked at the same minute draws the same fate whatever the policy did before
+        (common random numbers). From one stream, one launch more or less early on shifted every
+        later draw, and two settings of the same policy differed by several percent on a seed
+        where the clouds alone set them apart."""
+        minute = int(self.now // 60)
+        key = (kind, offer, minute)
+        n = self._draws[key] = self._draws.get(key, -1) + 1
+        return random.Random(f"{self.seed}/{kind}/{offer}/{minute}/{n}")  # noqa: S311
 
     def decide_at(self, when: float) -> None:
         """A decision tick at the first reconcile interval boundary at or after `when`."""

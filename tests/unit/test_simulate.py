@@ -12,7 +12,7 @@ import pytest
 from burst import config
 from burst.amounts import Money
 from burst.cloud import catalog
-from burst.model import CLOUDS, Action, CreatePool, Dispatch, ResizePool
+from burst.model import CLOUDS, Action, CreatePool, Dispatch, OfferKey, ResizePool
 from burst.sim import baselines, compare, simulate, variants
 from burst.sim.state import START, CloudModel
 from burst.sim.trace import SimJob
@@ -268,6 +268,30 @@ def test_a_pool_with_no_work_in_sight_goes_at_the_tick_its_job_ends_rather_than_
     # next decision tick.
     assert ended["fixed"] == ttl
     assert 0 <= ended["next-arrival"] < world.tick
+
+
+def test_the_clouds_draw_the_same_for_a_launch_whatever_was_drawn_before_it() -> None:
+    """Common random numbers: the fate of a launch is a function of the seed, the offer and the
+    minute (and how many launches of that offer the minute saw), not of how many draws came
+    before, so that two policies on one seed meet the same clouds."""
+    gpu = OfferKey("gcp", "europe-west4", "n1-standard-8", "on-demand", "T4", 1)
+    other = OfferKey("aws", "eu-central-1", "p3.2xlarge", "on-demand", "V100", 1)
+    quiet, busy = (simulate.World([], {"V100": 8}, CFG, OFFERS, seed=7) for _ in range(2))
+    for kind in ("shortage", "failure", "latency", "reclaim"):
+        busy.draw(kind, other)  # another offer's launches earlier that minute
+    busy.draw("latency", gpu)
+    busy.now = quiet.now = 600.0
+    for kind in ("shortage", "failure", "latency", "reclaim"):
+        assert quiet.draw(kind, gpu).random() == busy.draw(kind, gpu).random()
+    # The next launch of the same offer in the same minute draws anew; so does another seed.
+    assert quiet.draw("latency", gpu).random() != busy.draw("latency", other).random()
+    first = simulate.World([], {"V100": 8}, CFG, OFFERS, seed=7).draw("latency", gpu).random()
+    again = simulate.World([], {"V100": 8}, CFG, OFFERS, seed=7)
+    again.draw("latency", gpu)
+    assert again.draw("latency", gpu).random() != first
+    assert (
+        simulate.World([], {"V100": 8}, CFG, OFFERS, seed=8).draw("latency", gpu).random() != first
+    )
 
 
 def test_no_pool_goes_while_a_job_runs_on_it() -> None:
