@@ -315,7 +315,7 @@ class WorldState:
         minute = int(self.now // 60)
         key = (kind, offer, minute)
         n = self._draws[key] = self._draws.get(key, -1) + 1
-        return random.Random(f"{self.seed}/{kind}/{offer}/{minute}/{n}")  # noqa: S311
+        return random.Random(f"{self.seed}/{kind}/{offer}/{minute}/{n}")  # noqa: S311 (simulation)
 
     def decide_at(self, when: float) -> None:
         """A decision tick at the first reconcile interval boundary at or after `when`."""
