@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from burst.decide.existing import SENT_WINDOW
 from burst.decide.pools import first_fit
 from burst.model import CreatePool
 from burst.money.meter import BILLING
@@ -186,6 +187,28 @@ class CloudPools(OnPremQueue):
         ):
             self._at(self.now, "idle-check", pool.id)  # it may go at once, with no work in sight
 
+    def _idle_recheck(self, pool: Pool) -> None:
+        """An idle pool of a next-arrival policy is asked about again when its policy's last hour
+        of sends, with none more, falls below one per launch of its target (what keeps it), as
+        the service asks on every pass; the TTL asks anyway."""
+        policy = self.config.policies.get(pool.policy)
+        if (
+            not self.idle_checked_at_once
+            or pool.idle_since is None
+            or policy is None
+            or policy.spec.teardown.idle_ttl_choice != "next-arrival"
+        ):
+            return
+        launch = next((t.provisioning for t in self.service.targets if t.name == pool.target), None)
+        times = self.sent.get(pool.policy)
+        if launch is None or not times:
+            return
+        needed = math.ceil(SENT_WINDOW / launch)  # sends in an hour that keep an idle pool
+        if len(times) >= needed:
+            falls = times[-needed] + SENT_WINDOW.total_seconds()
+            if self.now < falls < pool.idle_since + policy.spec.teardown.idle_ttl.total_seconds():
+                self._at(falls, "idle-check", pool.id)
+
     def _interrupt(self, pool: Pool, k: int) -> None:
         node = pool.nodes[k]
         if node.ended is None:
@@ -211,7 +234,7 @@ class CloudPools(OnPremQueue):
         for i in list(pool.planned):
             self._unplan(i)
         self._lose(pool, pool.nodes)
-        pool.state = state
+        pool.state, pool.closed = state, self.now
         self._gone(pool)
 
     def _end_node(self, pool: Pool, node: Node) -> None:

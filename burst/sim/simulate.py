@@ -133,6 +133,7 @@ class World(Views):
                 pool = self.pool_list[payload]
                 if pool.state in ("requested", "ready") and pool.idle_since is not None:
                     self.decide_at(when)
+                    self._idle_recheck(pool)
             elif kind == "scale-down":
                 assert isinstance(payload, tuple)
                 self._scale_down(self.pool_list[payload[0]], payload[1])

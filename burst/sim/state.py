@@ -106,6 +106,7 @@ class Pool:
     idle_since: float | None = None
     planned: set[int] = field(default_factory=set)  # jobs waiting for room on it
     doomed: bool = False  # its launch will fail (drawn when it is created)
+    closed: float | None = None  # when it was deleted or failed
 
     def room(self, now: float) -> list[int]:
         """GPUs free per node that is up now (0 for nodes still booting or gone)."""

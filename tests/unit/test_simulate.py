@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import random
 from dataclasses import replace
 from datetime import timedelta
@@ -268,6 +269,31 @@ def test_a_pool_with_no_work_in_sight_goes_at_the_tick_its_job_ends_rather_than_
     # next decision tick.
     assert ended["fixed"] == ttl
     assert 0 <= ended["next-arrival"] < world.tick
+
+
+def test_a_pool_kept_for_its_policys_rate_of_sends_goes_once_that_rate_falls_not_at_its_ttl() -> (
+    None
+):
+    """Tight jobs sent a minute apart, one more than an hour of sends needs to keep an idle pool
+    (one sooner than each launch), on-prem busy for four hours: their pools, idle once they end,
+    are kept. The service asks every pass; the replay asks again when the second send is an hour
+    old, one too few being left, and the pools go then, not at their 2-hour TTL."""
+    assert CFG.service is not None
+    launch = next(t.provisioning for t in CFG.service.spec.targets if t.cloud == "gcp")
+    needed = math.ceil(timedelta(hours=1) / launch)
+    hog = job("hog", 0, 4 * 3600, 8, 10**6)
+    tight = [job(f"t{i}", 10 + 60 * i, 600, 1, 10 + 60 * i + 3600) for i in range(needed + 1)]
+    cfg = variants.with_teardown(
+        CFG, POLICY.metadata.name, idle_ttl=timedelta(hours=2), idle_ttl_choice="next-arrival"
+    )
+    world = simulate.World([hog, *tight], {"V100": 8}, cfg, OFFERS, seed=1, clouds=STEADY)
+    world.run(simulate.Burst(cfg))
+    assert all(j.ran_in_cloud for j in world.jobs[1:])
+    sent = [math.ceil(j.spec.submit / world.tick) * world.tick for j in world.jobs[1:]]  # at once
+    falls = sent[1] + 3600
+    for pool in world.pool_list:  # on GCP, the cheapest; their empty nodes went before (autoscaler)
+        assert pool.target.startswith("gcp") and pool.idle_since is not None
+        assert pool.idle_since + 600 < falls <= (pool.closed or 0) < falls + world.tick
 
 
 def test_the_clouds_draw_the_same_for_a_launch_whatever_was_drawn_before_it() -> None:
