@@ -16,11 +16,11 @@ from datetime import datetime, timedelta
 
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config, TargetSpec
+from burst.decide import triggers
 from burst.decide.candidates import Candidates, allowed_accelerators
 from burst.decide.caps import Budgets, Caps, Rates
 from burst.decide.placement import Placement
 from burst.decide.pools import OpenPool
-from burst.decide.triggers import wait_ends
 from burst.durations import format_duration
 from burst.model import DeletePool, PoolView, Snapshot, Workload
 from burst.money.guard import horizon
@@ -69,6 +69,8 @@ def unneeded(
     needs no more nodes than the pool has); for work that comes sooner, they are kept, up to the
     TTL."""
     policy_of, placed, runtime = claims
+    # When each waiting workload's wait ends, by policy: made once, for any of its idle pools.
+    ends: dict[str, list[tuple[Workload, datetime]]] = {}
     out = []
     for pv in sorted(snapshot.pools, key=lambda p: p.name):
         policy, target = config.policies.get(pv.policy), targets.get(pv.target)
@@ -81,13 +83,18 @@ def unneeded(
             or policy.spec.teardown.idle_ttl_choice != "next-arrival"
         ):
             continue
-        waiting = (
-            (w, runtime(w, policy))
-            for w in snapshot.workloads
-            if policy_of.get(w.uid) is policy and w.uid not in placed
-        )
+        if pv.policy not in ends:
+            trigger = policy.spec.trigger
+            ends[pv.policy] = [
+                (w, when)
+                for w in snapshot.workloads
+                if policy_of.get(w.uid) is policy and w.uid not in placed
+                if (when := triggers.wait_ends(w, trigger, runtime(w, policy))) is not None
+                and when > now
+            ]
         sent = snapshot.sent_last_hour.get(pv.policy, 0)
-        gap, launch = expected_gap(pv, policy, waiting, sent, catalog, now), target.provisioning
+        gap = expected_gap(pv, policy, ends[pv.policy], sent, catalog, now)
+        launch = target.provisioning
         if gap > launch:
             why = (
                 f"idle {format_duration(now - pv.idle_since)}, and its next work is expected in "
@@ -113,27 +120,25 @@ def _delete_reason(pv: PoolView, policy: BurstPolicy | None, now: datetime) -> s
 def expected_gap(
     pv: PoolView,
     policy: BurstPolicy,
-    waiting: Iterable[tuple[Workload, timedelta]],
+    wait_ends: Iterable[tuple[Workload, datetime]],
     sent_last_hour: int,
     catalog: Catalog,
     now: datetime,
 ) -> timedelta:
     """How long until work is expected for the idle pool `pv`: the policy's sends of the last hour
     taken as a steady rate (an hour over their number; with none, an hour at least), or sooner,
-    when one of its `waiting` workloads (each with its runtime) that the pool's nodes could run
-    reaches the end of its wait (triggers.wait_ends). One past it already and still waiting was
-    refused by the plan: it keeps nothing."""
+    when one of its waiting workloads that the pool's nodes could run reaches the end of its wait
+    (`wait_ends`: each with when, after now, triggers.wait_ends). One past it already and still
+    waiting was refused by the plan: it keeps nothing."""
     gap = SENT_WINDOW / sent_last_hour if sent_last_hour else SENT_WINDOW
-    offer, trigger = pv.offer, policy.spec.trigger
-    for w, runtime in waiting:
+    offer = pv.offer
+    for w, when in wait_ends:
         if w.gpus_per_pod > offer.gpus or (
             w.accelerator is not None
             and offer.accelerator not in allowed_accelerators(policy, w.accelerator, catalog)
         ):
             continue
-        when = wait_ends(w, trigger, runtime)
-        if when is not None and when > now:
-            gap = min(gap, when - now)
+        gap = min(gap, when - now)
     return gap
 
 
