@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from burst.config import BurstPolicy
 from burst.decide.existing import SENT_WINDOW
 from burst.decide.pools import first_fit
 from burst.model import CreatePool
@@ -180,24 +181,26 @@ class CloudPools(OnPremQueue):
         policy = self.config.policies.get(pool.policy)
         ttl = policy.spec.teardown.idle_ttl if policy else timedelta(minutes=10)
         self._at(self.now + ttl.total_seconds(), "idle-check", pool.id)
+        if self._next_arrival(pool):
+            self._at(self.now, "idle-check", pool.id)  # it may go at once, with no work in sight
+
+    def _next_arrival(self, pool: Pool) -> BurstPolicy | None:
+        """The pool's policy, when burst's replay chooses its idle TTL against the next arrival."""
+        policy = self.config.policies.get(pool.policy)
         if (
             self.idle_checked_at_once
             and policy
             and policy.spec.teardown.idle_ttl_choice == "next-arrival"
         ):
-            self._at(self.now, "idle-check", pool.id)  # it may go at once, with no work in sight
+            return policy
+        return None
 
     def _idle_recheck(self, pool: Pool) -> None:
         """An idle pool of a next-arrival policy is asked about again when its policy's last hour
         of sends, with none more, falls below one per launch of its target (what keeps it), as
         the service asks on every pass; the TTL asks anyway."""
-        policy = self.config.policies.get(pool.policy)
-        if (
-            not self.idle_checked_at_once
-            or pool.idle_since is None
-            or policy is None
-            or policy.spec.teardown.idle_ttl_choice != "next-arrival"
-        ):
+        policy = self._next_arrival(pool)
+        if policy is None or pool.idle_since is None:
             return
         launch = next((t.provisioning for t in self.service.targets if t.name == pool.target), None)
         times = self.sent.get(pool.policy)
