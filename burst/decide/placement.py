@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
-from burst.config import BurstPolicy, TargetSpec
+from burst.config import TargetSpec
 from burst.decide.candidates import (
     Candidate,
     Candidates,
@@ -28,8 +28,9 @@ from burst.decide.caps import Caps, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
 from burst.decide.reuse import best_growth, best_reuse
 from burst.decide.triggers import Want, spot_allowed
+from burst.decide.unpriced import LateRefusals, NoRoom, at_pool_limit, kind_of
 from burst.decide.wording import Words, at, usd
-from burst.model import CapacityType, Dispatch, OfferKey, Workload
+from burst.model import CapacityType, Dispatch, OfferKey
 
 
 class Placement:
@@ -117,8 +118,8 @@ class Placement:
             or (onprem is not None and soonest >= onprem)
         ):
             return refusal
-        if self.refused_late.dominated(_kind(want, self.spot_ok(want)), want.runtime):
-            return refusal
+        if self.refused_late.refuses(self, want):
+            return refusal  # what pricing it late would end in
         late = replace(
             want,
             finish_by=soonest,
@@ -147,7 +148,7 @@ class Placement:
         at_limit = self.pools_of_policy[p.metadata.name] >= spec.limits.max_pools
         deadline = want.finish_by
         if at_limit and deadline is not None and self.now + want.runtime > deadline:
-            return _at_limit(p)  # no pool ends it in time (a launch, spot restarts are later still)
+            return at_pool_limit(p)  # no pool ends it in time (launches, restarts: later still)
         spot_ok = self.spot_ok(want)
         max_cost_usd = self.max_cost_usd(want)
         refusals: list[str] = []
@@ -191,8 +192,8 @@ class Placement:
             why = self._grow_at_pool_limit(want, eligible, max_cost_usd)
             if why is None:
                 return None
-            if is_late and not refusals and why == _at_limit(p):  # taken by none, at any price
-                self.refused_late.add(_kind(want, spot_ok), want.runtime)
+            if is_late and not refusals and why == at_pool_limit(p):  # taken by none, at any price
+                self.refused_late.add(kind_of(want, spot_ok), want.runtime)
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
         cheapest = new
@@ -240,7 +241,7 @@ class Placement:
             eligible, want.w, want.runtime, want.finish_by, tail, max_nodes, self.now
         )
         if best is None:
-            return _at_limit(want.policy)
+            return at_pool_limit(want.policy)
         why = self._refusal(want, best.cost, max_cost_usd, best.pool.offer, best.pool.hourly_micros)
         if why is not None:
             return why
@@ -341,106 +342,11 @@ def cheapest_new(
     return cheapest
 
 
-def _kind(want: Want, spot_ok: bool) -> tuple[object, ...]:
-    """What LateRefusals tells workloads apart by: all that decides which open pools may take one."""
-    w = want.w
-    return (
-        want.policy.metadata.name,
-        w.accelerator,
-        w.pods,
-        w.gpus_per_pod,
-        w.cpu_per_pod,
-        w.memory_gib_per_pod,
-        spot_ok,
-    )
-
-
 def _late(trigger: str | Words, soonest: datetime, now: datetime) -> str:
     return (
         f"{trigger}; no cloud meets the deadline either, the soonest cloud finish "
         f"{at(soonest, now)} beats on-prem"
     )
-
-
-def _at_limit(policy: BurstPolicy) -> str:
-    return f"policy {policy.metadata.name}: max {policy.spec.limits.max_pools} pools reached"
-
-
-class LateRefusals:
-    """Late attempts refused at their policy's pool limit, no open pool taking them by the soonest
-    cloud finish, until the placement next takes room. A late attempt must finish by now + its
-    kind's fastest launch + its runtime, and a pool finishes it at the pool's start + the run: one
-    of the same kind (policy, GPU and pod shape, spot allowed or not) that runs no shorter is
-    refused too (best_reuse, best_growth). A Philly replay with config/ holds thousands past their
-    deadlines, each tried late on every plan. (Deadlines have no such order: wants are placed
-    least slack first, so each has more time than the one refused before it.)"""
-
-    def __init__(self) -> None:
-        self._shortest: dict[tuple[object, ...], timedelta] = {}
-
-    def dominated(self, kind: tuple[object, ...], runtime: timedelta) -> bool:
-        shortest = self._shortest.get(kind)
-        return shortest is not None and runtime >= shortest
-
-    def add(self, kind: tuple[object, ...], runtime: timedelta) -> None:
-        self._shortest[kind] = min(runtime, self._shortest.get(kind, runtime))
-
-    def clear(self) -> None:
-        if self._shortest:
-            self._shortest = {}
-
-
-class NoRoom:
-    """The refusal any placement of a workload gets while its policy has no room for it at all:
-    at its pool limit, with no pool that holds it now or could grow to within its node limit
-    (deadlines and kinds of GPU aside). Known per policy and pod shape until the placement next
-    takes room. A Philly replay with config/ held thousands waiting at the limit, each priced on
-    every pass only to be refused so, even after the last room was taken."""
-
-    def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], str | None] = {}
-        self._full: dict[str, bool] = {}
-
-    def refusal(self, placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
-        key = (policy.metadata.name, w.gpus_per_pod, w.pods)
-        if key not in self._known:
-            self._known[key] = _no_room(placement, w, policy)
-        return self._known[key]
-
-    def full(self, placement: Placement, policy: BurstPolicy) -> bool:
-        """Whether the policy has no room for any workload: at its pool limit, no GPU free on any
-        of its pools and none that may grow. While every policy claiming a waiting workload is
-        full a plan places nothing and need not look at the rest of the queue (most plans of a
-        Philly replay with config/)."""
-        name = policy.metadata.name
-        if name not in self._full:
-            limits = policy.spec.limits
-            self._full[name] = placement.pools_of_policy[name] >= limits.max_pools and all(
-                pool.free_max == 0 and (pool.unavailable or pool.nodes >= limits.max_nodes_per_pool)
-                for pool in placement.policy_pools[name].opened
-            )
-        return self._full[name]
-
-    def clear(self) -> None:
-        if self._known:
-            self._known = {}
-        if self._full:
-            self._full = {}
-
-
-def _no_room(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
-    limits, name = policy.spec.limits, policy.metadata.name
-    if placement.pools_of_policy[name] < limits.max_pools:
-        return None
-    for pool in placement.policy_pools[name].opened:
-        extra = pool.extra_nodes_for(w)
-        if extra == 0 or (
-            extra is not None
-            and pool.nodes + extra <= limits.max_nodes_per_pool
-            and not pool.unavailable
-        ):
-            return None
-    return _at_limit(policy)
 
 
 def no_offer_reason(

@@ -34,6 +34,7 @@ Every pending burstable workload ends with an action or a Skip that says why, in
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from burst.amounts import Money
@@ -61,6 +62,7 @@ __all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run
 
 DEFAULT_RUNTIME = timedelta(hours=4)
 MAX_ROUNDS = 4
+STARTED = "started on-prem before its dispatch"  # why a dispatch is cancelled
 
 # A workload that wants to burst, as a round finds it: (its place in the order placement takes
 # them, the workload, (its policy, on-prem estimate, trigger, worth)); for one that wants to burst
@@ -171,37 +173,30 @@ class _Planner:
         no_room = self.placement.no_room
         return not self.explain and all(no_room.full(self.placement, p) for p in policies)
 
-    def _fulls(self, pending: list[Workload], settled: set[str]) -> dict[str, str | None]:
-        """Why the placement would refuse each workload that may leave, whatever sends it (None:
-        it may be placed): the placement does not change while a round walks the queue."""
-        return {
-            w.uid: self.placement.no_room.refusal(self.placement, w, policy)
-            for w in pending
-            if (policy := self.policy_of.get(w.uid)) is not None and w.uid not in settled
-        }
+    # -- the whole plan --
+
+    def _waiting(self) -> tuple[list[Workload], dict[str, timedelta]]:
+        """The pending workloads, each claimed and its runtime known, in one pass (a replay's
+        queue holds thousands, on every plan); dispatches of those started on-prem cancelled."""
+        pending: list[Workload] = []
+        runtimes: dict[str, timedelta] = {}
+        for w in self.snapshot.workloads:
+            if w.phase == "pending":
+                pending.append(w)
+                policy = self.policy_for(w) if w.burstable else None
+                if policy is not None:
+                    self.policy_of[w.uid] = policy
+                elif w.burstable:
+                    self.skips[w.uid] = unclaimed(w)
+                runtimes[w.uid] = self.runtime(w, policy)
+            elif w.phase == "started" and w.planned_pool is not None:
+                self.actions.append(CancelDispatch(w.uid, w.planned_pool, STARTED))
+        return pending, runtimes
 
     # -- the whole plan --
 
     def run(self) -> Plan:
-        pending: list[Workload] = []
-        for w in self.snapshot.workloads:
-            if w.phase == "started" and w.planned_pool is not None:
-                self.actions.append(
-                    CancelDispatch(w.uid, w.planned_pool, "started on-prem before its dispatch")
-                )
-            elif w.phase == "pending":
-                pending.append(w)
-        for w in pending:
-            policy = self.policy_for(w) if w.burstable else None
-            if policy is not None:
-                self.policy_of[w.uid] = policy
-            elif w.burstable:
-                self.skips[w.uid] = Skip(
-                    w.uid,
-                    w.namespace,
-                    w.name,
-                    f"no BurstPolicy claims namespace {w.namespace} with these labels",
-                )
+        pending, runtimes = self._waiting()
         deleted = deletions(self.snapshot.pools, self.config.policies, self.now)
         self.actions += deleted
         self.deleted = {d.pool for d in deleted}
@@ -210,7 +205,6 @@ class _Planner:
         if self._none_fits(claiming):
             pending = []  # nothing to place: no queue to walk
         pending.sort(key=queue_order)
-        runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
         # Refused where only the time they would save sent them: they wait on-prem unless another
         # trigger sends them in a later round, once those refused ahead of them stay.
@@ -227,52 +221,66 @@ class _Planner:
                 placed.clear()
             if self._none_fits(claiming):
                 break
-            fulls = self._fulls(pending, placed | stays)
-            walk = walk_length(pending, fulls, self.explain, self.queueing)
+            # Why the placement would refuse a workload whatever sends it (None: it may be placed),
+            # known per policy and pod shape: it does not change while a round walks the queue.
+            room = self.placement.no_room.refusal
+            settled = placed | stays
+            walk = walk_length(
+                pending,
+                may_leave(self.policy_of, self.placement, settled, self.explain),
+                self.queueing,
+            )
             if not walk:
                 break
             queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
-            sends = leaving_anyway(pending[:walk], fulls, self.policy_of, self.now)
+            anyway = may_leave(self.policy_of, self.placement, settled, False)
+            sends = leaving_anyway(pending[:walk], anyway, self.now, self.queueing)
             sweep = queue_sweep(
                 self.snapshot.onprem, self.now, self.queueing, queue, runtimes, sends
             )
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
             wants: list[_Wanting] = []
-            for w in pending[:walk]:
-                if w.uid in placed:
+            policy_of, placement, now, explain = (
+                self.policy_of,
+                self.placement,
+                self.now,
+                self.explain,
+            )
+            for w in pending[:walk]:  # thousands a plan in a replay's backlog: names bound once
+                uid = w.uid
+                if uid in placed:
                     continue  # not in the queue the sweep runs
-                policy = self.policy_of.get(w.uid)
-                if policy is None or w.uid in stays:
-                    sweep.stays(w, runtimes[w.uid])
+                runtime, policy = runtimes[uid], policy_of.get(uid)
+                if policy is None or uid in stays:
+                    sweep.stays(w, runtime)
                     continue
-                full = fulls[w.uid]
-                if full is not None and not self.explain:
-                    sweep.stays(w, runtimes[w.uid])  # it would be refused whatever sends it
+                full = room(placement, w, policy)
+                if full is not None and not explain:
+                    sweep.stays(w, runtime)  # it would be refused whatever sends it
                     continue
-                if w.uid in sends:
+                if full is None and sends_anyway(w, policy.spec.trigger, now):
                     # It wants to burst whatever its estimate says, and leaves the queue: its
                     # estimate and trigger are asked only if it is placed (a replay's backlog
                     # holds thousands so, for one or two placed).
-                    sweep.leaves(w, runtimes[w.uid])
-                    order = (False, urgency(w, runtimes[w.uid], self.now))
-                    wants.append((order, w, (policy, None, None, None)))
+                    sweep.leaves(w, runtime)
+                    wants.append(((False, urgency(w, runtime, now)), w, (policy, None, None, None)))
                     continue
-                est = sweep.estimate(w, runtimes[w.uid])
-                why, why_not, worth = self._why(w, policy, est, sweep, runtimes[w.uid])
-                if worth is not None and w.uid in unworthy:
+                est = sweep.estimate(w, runtime)
+                why, why_not, worth = self._why(w, policy, est, sweep, runtime)
+                if worth is not None and uid in unworthy:
                     sweep.stay(w, est)  # refused at its price already: its skip says so
                     continue
                 if why is None or full is not None:
                     sweep.stay(w, est)
-                    if self.explain:
+                    if explain:
                         reason = why_not if why is None else f"{why}, but {full}"
-                        self.skips[w.uid] = Skip(
-                            w.uid, w.namespace, w.name, reason, onprem_finish=est.finish
+                        self.skips[uid] = Skip(
+                            uid, w.namespace, w.name, reason, onprem_finish=est.finish
                         )
                     continue
                 sweep.leave()
-                order = (worth is not None, urgency(w, runtimes[w.uid], self.now))
+                order = (worth is not None, urgency(w, runtime, now))
                 wants.append((order, w, (policy, est, why, worth)))
             if not wants:
                 break
@@ -325,6 +333,11 @@ class _Planner:
         )
 
 
+def unclaimed(w: Workload) -> Skip:
+    reason = f"no BurstPolicy claims namespace {w.namespace} with these labels"
+    return Skip(w.uid, w.namespace, w.name, reason)
+
+
 def claimant(policies: list[BurstPolicy], w: Workload) -> BurstPolicy | None:
     """The first policy whose selector claims the workload."""
     for p in policies:
@@ -333,36 +346,51 @@ def claimant(policies: list[BurstPolicy], w: Workload) -> BurstPolicy | None:
     return None
 
 
+def may_leave(
+    policy_of: Mapping[str, BurstPolicy], placement: Placement, settled: set[str], explain: bool
+) -> Callable[[Workload], BurstPolicy | None]:
+    """Whether the placement may take a workload this round, whatever sends it: its policy, or
+    None (unclaimed, `settled` already, or refused for room; when `explain`, every claimed
+    workload not settled, as its reason is worded)."""
+    refusal = placement.no_room.refusal
+
+    def may(w: Workload) -> BurstPolicy | None:
+        policy = policy_of.get(w.uid)
+        if policy is None or w.uid in settled:
+            return None
+        return policy if explain or refusal(placement, w, policy) is None else None
+
+    return may
+
+
 def leaving_anyway(
     walk: list[Workload],
-    fulls: dict[str, str | None],
-    policy_of: dict[str, BurstPolicy],
+    may_leave: Callable[[Workload], BurstPolicy | None],
     now: datetime,
+    queueing: str,
 ) -> frozenset[str]:
     """Those of a round's walk that want to burst whatever their estimate (their wait or their
-    quota sends them) and that the placement may take (`fulls`): they leave unestimated."""
+    quota sends them) and that the placement may take: they leave unestimated. Asked ahead of the
+    walk only by a best-effort run (it runs the queue at once); a strict one asks in the walk."""
+    if queueing != "BestEffortFIFO":
+        return frozenset()
     return frozenset(
         w.uid
         for w in walk
-        if fulls.get(w.uid, "") is None and sends_anyway(w, policy_of[w.uid].spec.trigger, now)
+        if (policy := may_leave(w)) is not None and sends_anyway(w, policy.spec.trigger, now)
     )
 
 
 def walk_length(
-    pending: list[Workload], fulls: dict[str, str | None], explain: bool, queueing: str
+    pending: list[Workload], may_leave: Callable[[Workload], BurstPolicy | None], queueing: str
 ) -> int:
     """How much of the queue a round walks: under strict FIFO, up to the last workload that may
     leave (those behind change no estimate ahead of them); under best-effort FIFO, all of it (one
-    behind may take the GPUs one ahead waits for), unless none may leave. `fulls`: why each that
-    may leave would be refused whatever sends it (None: it may be placed). A replay's queue under
+    behind may take the GPUs one ahead waits for), unless none may leave. A replay's queue under
     spent budgets or full caps holds thousands that none may: it walks none."""
     last = next(
-        (
-            i
-            for i in range(len(pending) - 1, -1, -1)  # from the back: the last is found first
-            if (uid := pending[i].uid) in fulls and (explain or fulls[uid] is None)
-        ),
-        None,
+        (i for i in range(len(pending) - 1, -1, -1) if may_leave(pending[i]) is not None),
+        None,  # from the back: the last is found first
     )
     if last is None:
         return 0

@@ -20,8 +20,9 @@ from burst.amounts import Money
 from burst.cloud import catalog
 from burst.config import Config
 from burst.decide.onprem import estimate_all
-from burst.decide.placement import LateRefusals, Placement
+from burst.decide.placement import Placement
 from burst.decide.triggers import Want
+from burst.decide.unpriced import LateRefusals
 from burst.model import (
     BudgetView,
     CreatePool,
@@ -329,6 +330,26 @@ def refusals_for_no_room_are_what_pricing_gives(snap: Snapshot, cfg: Config, pla
         assert _plan(snap, cfg) == plan
 
 
+def refusals_for_a_spent_budget_are_what_pricing_gives(
+    snap: Snapshot, cfg: Config, plan: Plan
+) -> None:
+    """A late attempt whose hard budget has less left than any run of it could cost is refused
+    unpriced (LateRefusals.unaffordable): priced, with no deadline at all, it must be refused too,
+    and the plan must be the one pricing each gives."""
+    unaffordable = LateRefusals.unaffordable
+
+    def priced_too(self: LateRefusals, placement: Placement, want: Want, price: Any) -> bool:
+        found = unaffordable(self, placement, want, price)
+        if found:
+            assert placement._place(replace(want, finish_by=None), is_late=True) is not None
+        return found
+
+    with patch.object(LateRefusals, "unaffordable", priced_too):
+        assert _plan(snap, cfg) == plan
+    with patch.object(LateRefusals, "unaffordable", lambda *_: False):
+        assert _plan(snap, cfg) == plan
+
+
 def the_same_input_gives_the_same_plan(snap: Snapshot, cfg: Config, plan: Plan) -> None:
     first = plan
     assert _plan(snap, cfg) == first
@@ -367,6 +388,7 @@ PROPERTIES = [
     reasons_left_out_change_no_action,
     refusals_remembered_change_nothing,
     refusals_for_no_room_are_what_pricing_gives,
+    refusals_for_a_spent_budget_are_what_pricing_gives,
 ]
 
 
@@ -415,7 +437,11 @@ def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         for i in range(draw(st.integers(2, 30)))
     )
     busy = OnPrem({"A100": 4}, (RunningWorkload("r", "A100", 4, NOW + timedelta(days=3)),))
-    return Snapshot(workloads=ws, onprem=busy, pools=(pool,)), draw(st.sampled_from(BACKLOGS))
+    # A hard team budget nearly spent, or none: most late attempts cost more than it has left.
+    left = draw(st.none() | st.integers(0, 400).map(lambda c: Money.of(Decimal(c) / 100, "USD")))
+    budgets = () if left is None else (BudgetView("b-cms", "team", "cms", left, hard=True),)
+    snap = Snapshot(workloads=ws, onprem=busy, pools=(pool,), budgets=budgets)
+    return snap, draw(st.sampled_from(BACKLOGS))
 
 
 # The A100 policy, on spot that is timed with restarts (a run's time grows faster than its
@@ -442,3 +468,4 @@ def test_a_backlog_at_the_pool_limit_is_planned_as_if_each_were_priced(
     plan = _plan(snap, cfg)
     refusals_remembered_change_nothing(snap, cfg, plan)
     refusals_for_no_room_are_what_pricing_gives(snap, cfg, plan)
+    refusals_for_a_spent_budget_are_what_pricing_gives(snap, cfg, plan)
