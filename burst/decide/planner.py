@@ -193,8 +193,6 @@ class _Planner:
                 self.actions.append(CancelDispatch(w.uid, w.planned_pool, STARTED))
         return pending, runtimes
 
-    # -- the whole plan --
-
     def run(self) -> Plan:
         pending, runtimes = self._waiting()
         deleted = deletions(self.snapshot.pools, self.config.policies, self.now)
@@ -241,12 +239,8 @@ class _Planner:
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
             wants: list[_Wanting] = []
-            policy_of, placement, now, explain = (
-                self.policy_of,
-                self.placement,
-                self.now,
-                self.explain,
-            )
+            policy_of, placement = self.policy_of, self.placement
+            now, explain = self.now, self.explain
             for w in pending[:walk]:  # thousands a plan in a replay's backlog: names bound once
                 uid = w.uid
                 if uid in placed:
@@ -365,31 +359,31 @@ def may_leave(
 
 def leaving_anyway(
     walk: list[Workload],
-    may_leave: Callable[[Workload], BurstPolicy | None],
+    may: Callable[[Workload], BurstPolicy | None],
     now: datetime,
     queueing: str,
 ) -> frozenset[str]:
     """Those of a round's walk that want to burst whatever their estimate (their wait or their
-    quota sends them) and that the placement may take: they leave unestimated. Asked ahead of the
+    quota sends them) and that the placement may take (`may`): they leave unestimated. Asked ahead of the
     walk only by a best-effort run (it runs the queue at once); a strict one asks in the walk."""
     if queueing != "BestEffortFIFO":
         return frozenset()
     return frozenset(
         w.uid
         for w in walk
-        if (policy := may_leave(w)) is not None and sends_anyway(w, policy.spec.trigger, now)
+        if (policy := may(w)) is not None and sends_anyway(w, policy.spec.trigger, now)
     )
 
 
 def walk_length(
-    pending: list[Workload], may_leave: Callable[[Workload], BurstPolicy | None], queueing: str
+    pending: list[Workload], may: Callable[[Workload], BurstPolicy | None], queueing: str
 ) -> int:
     """How much of the queue a round walks: under strict FIFO, up to the last workload that may
     leave (those behind change no estimate ahead of them); under best-effort FIFO, all of it (one
-    behind may take the GPUs one ahead waits for), unless none may leave. A replay's queue under
+    behind may take the GPUs one ahead waits for), unless none may leave (`may`). A replay's queue under
     spent budgets or full caps holds thousands that none may: it walks none."""
     last = next(
-        (i for i in range(len(pending) - 1, -1, -1) if may_leave(pending[i]) is not None),
+        (i for i in range(len(pending) - 1, -1, -1) if may(pending[i]) is not None),
         None,  # from the back: the last is found first
     )
     if last is None:
