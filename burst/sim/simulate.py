@@ -292,8 +292,14 @@ class Burst:
         return max(job.submit, min(wakes))
 
     def decide(self, world: World) -> Sequence[Action]:
+        return decide.plan(
+            self.snapshot(world), world.catalog, self.config, world.dt(world.now), skips=False
+        ).actions
+
+    def snapshot(self, world: World) -> Snapshot:
+        """What the service's watch and ledger would show the plan now."""
         now = world.dt(world.now)
-        snapshot = Snapshot(
+        return Snapshot(
             taken_at=now,
             workloads=world.queued_workloads(),
             onprem=OnPrem(
@@ -306,7 +312,6 @@ class Burst:
             unavailable=tuple(world.unavailable.current()),
             sent_last_hour=world.sent_last_hour(),
         )
-        return decide.plan(snapshot, world.catalog, self.config, now, skips=False).actions
 
 
 def price_cap_usd_micros(config: Config, policy: BurstPolicy) -> float | None:
