@@ -175,11 +175,10 @@ class _Planner:
 
     # -- the whole plan --
 
-    def _waiting(self) -> tuple[list[Workload], dict[str, timedelta]]:
-        """The pending workloads, each claimed and its runtime known, in one pass (a replay's
-        queue holds thousands, on every plan); dispatches of those started on-prem cancelled."""
+    def _waiting(self) -> list[Workload]:
+        """The pending workloads, each claimed, in one pass (a replay's queue holds thousands, on
+        every plan); dispatches of those started on-prem cancelled."""
         pending: list[Workload] = []
-        runtimes: dict[str, timedelta] = {}
         for w in self.snapshot.workloads:
             if w.phase == "pending":
                 pending.append(w)
@@ -188,13 +187,12 @@ class _Planner:
                     self.policy_of[w.uid] = policy
                 elif w.burstable:
                     self.skips[w.uid] = unclaimed(w)
-                runtimes[w.uid] = self.runtime(w, policy)
             elif w.phase == "started" and w.planned_pool is not None:
                 self.actions.append(CancelDispatch(w.uid, w.planned_pool, STARTED))
-        return pending, runtimes
+        return pending
 
     def run(self) -> Plan:
-        pending, runtimes = self._waiting()
+        pending = self._waiting()
         deleted = deletions(self.snapshot.pools, self.config.policies, self.now)
         self.actions += deleted
         self.deleted = {d.pool for d in deleted}
@@ -203,6 +201,8 @@ class _Planner:
         if self._none_fits(claiming):
             pending = []  # nothing to place: no queue to walk
         pending.sort(key=queue_order)
+        # Known only for a queue walked: two plans in three of a replay with config/ place nothing.
+        runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
         # Refused where only the time they would save sent them: they wait on-prem unless another
         # trigger sends them in a later round, once those refused ahead of them stay.
