@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 
 def kind_of(want: Want, spot_ok: bool) -> tuple[object, ...]:
-    """What LateRefusals tells workloads apart by: all that decides which open pools may take one."""
+    """What LateRefusals tells workloads apart by: all that decides which open pools and which
+    offers may take one (the offers, and so the lowest price, are known per policy and shape)."""
     w = want.w
     return (
         want.policy.metadata.name,
