@@ -92,13 +92,14 @@ class _Planner:
         self.placement: Placement  # made in run(), once the pools it deletes are known
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
-        self._claims: dict[tuple[str, tuple[tuple[str, str], ...]], BurstPolicy | None] = {}
+        self._claims: dict[object, BurstPolicy | None] = {}
 
     # -- matching --
 
     def policy_for(self, w: Workload) -> BurstPolicy | None:
-        # Asked for every waiting workload on every plan; most share their namespace and labels.
-        key = (w.namespace, tuple(w.labels.items()))
+        # Asked for every waiting workload on every plan; most share their namespace and labels,
+        # and a replay's have none (its key is then the namespace alone: no tuple to make).
+        key = (w.namespace, tuple(w.labels.items())) if w.labels else w.namespace
         if key not in self._claims:
             self._claims[key] = claimant(self.policies, w)
         return self._claims[key]
