@@ -8,8 +8,7 @@ dispatches with at least `--least` waiting, then plans each of them again `--rep
 each gives the same actions, and prints one JSON object per plan (the least of its runs) and a
 total. The same plans come back on every run: the replay is seeded.
 
-    python benchmarks/bench_replay_plans.py [--jobs 40000] [--every 1000] [--least 1000]
-        [--repeat 7]
+    python benchmarks/bench_replay_plans.py [--jobs 40000] [--every 1000] [--least 1000] [--repeat 7]
 """
 
 from __future__ import annotations
