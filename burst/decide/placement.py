@@ -4,7 +4,8 @@ room if one fits its policy and deadline, else onto the offer with the lowest to
 finish), growing a pool of that offer before opening a new one; at the policy's pool limit only
 growing is left. Every placement passes the caps (caps.py) and reserves its estimate. When no cloud
 can meet the deadline any more, the soonest cloud finish counts instead, if it beats on-prem.
-Which open pool to reuse or grow is reuse.py's to find; the offers to open are candidates.py's.
+Which open pool to reuse or grow is reuse.py's to find; the offers to open are candidates.py's;
+what pricing would refuse anyway is refused unpriced (unpriced.py).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 the same Plan. The reconcile loop (service/loop.py) feeds it a Snapshot built by kube/watch.py and the
 ledger, and carries the Plan out through cloud/provision.py and kube/replicate.py; `burst plan` and
 the simulator call it the same way. This module runs the rounds; each step has its own module:
-existing.py (the pools there are), triggers.py (1), placement.py with candidates.py, pools.py and
-reuse.py (2), caps.py (3).
+existing.py (the pools there are), triggers.py (1), placement.py with candidates.py, pools.py,
+reuse.py and unpriced.py (2), caps.py (3).
 
 How it decides, in order:
 1. The on-prem queue is simulated forward (onprem.py) in priority order. A burstable workload that
