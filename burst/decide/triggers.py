@@ -35,12 +35,8 @@ class Want:
 
 def sends_anyway(w: Workload, t: Trigger, now: datetime) -> bool:
     """Whether the wait or the quota trigger sends `w` whatever its on-prem estimate: trigger()
-    then gives a reason, whatever the estimate (the planner asks it only for those it places).
-    Asked of each waiting workload on each plan: the two triggers' tests written out, no calls."""
-    wait = t.max_pending_wait
-    return (wait is not None and now - w.pending_since >= wait) or (
-        w.quota_blocked and t.quota_exhausted
-    )
+    then gives a reason, whatever the estimate (the planner asks it only for those it places)."""
+    return _past_max_wait(w, t, now) or _quota_sends(w, t)
 
 
 def _past_max_wait(w: Workload, t: Trigger, now: datetime) -> bool:
