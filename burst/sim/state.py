@@ -207,7 +207,9 @@ class WorldState:
         self.config, self.catalog, self.clouds = config, catalog, clouds
         self.service = config.service.spec
         self.seed = seed
-        self._draws: dict[tuple[str, OfferKey, int], int] = {}  # made so far, per key (draw())
+        # Draws made so far this minute, per kind and offer (draw()): the clock only moves on.
+        self._draws: dict[tuple[str, OfferKey], int] = {}
+        self._draws_minute = -1
         self.tick = max(1, int(self.service.intervals.reconcile.total_seconds()))
         self.capacity = dict(onprem)
         # Each product's nodes of NODE_GPUS GPUs (the last one smaller if they do not divide):
@@ -314,7 +316,9 @@ class WorldState:
         later draw, and two settings of the same policy differed by several percent on a seed
         where the clouds alone set them apart."""
         minute = int(self.now // 60)
-        key = (kind, offer, minute)
+        if minute != self._draws_minute:
+            self._draws, self._draws_minute = {}, minute
+        key = (kind, offer)
         n = self._draws[key] = self._draws.get(key, -1) + 1
         return random.Random(f"{self.seed}/{kind}/{offer}/{minute}/{n}")  # noqa: S311 (simulation)
 
