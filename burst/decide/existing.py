@@ -25,7 +25,8 @@ from burst.durations import format_duration
 from burst.model import DeletePool, PoolView, Snapshot, Workload
 from burst.money.guard import horizon
 
-REUSABLE_STATES = frozenset({"requested", "creating", "ready"})
+LAUNCHING = frozenset({"requested", "creating"})
+REUSABLE_STATES = LAUNCHING | {"ready"}
 # Pools that count against maxPools: every one the cloud may still run (the soak saw a seventh
 # pool launched while a sixth was still being deleted, with maxPools 6).
 UP_STATES = REUSABLE_STATES | {"draining", "deleting"}
@@ -168,6 +169,17 @@ def placement_for(
     return placement
 
 
+def expected_ready(pv: PoolView, target: TargetSpec, now: datetime) -> datetime:
+    """When a pool is expected to take work: now if ready; its launch estimate after it was
+    asked for while it launches; past that, the estimate again from now. A launch past its
+    estimate is in the latency's heavy tail: not ready any second (tight jobs piled onto it
+    would be late)."""
+    if pv.state not in LAUNCHING:
+        return now
+    ready = pv.created + target.provisioning
+    return ready if ready > now else now + target.provisioning
+
+
 def open_existing(
     placement: Placement,
     pools: Sequence[PoolView],
@@ -192,13 +204,7 @@ def open_existing(
         hourly = pv.hourly.micros if pv.hourly else (offer.hourly.micros if offer else None)
         if target is None or hourly is None or policy is None:
             continue
-        ready_at = now
-        if pv.state != "ready":
-            # A launch past its estimate is in the latency's heavy tail: expect it to take as
-            # long again, not to be ready any second (tight jobs piled onto it would be late).
-            ready_at = pv.created + target.provisioning
-            if ready_at <= now:
-                ready_at = now + target.provisioning
+        ready_at = expected_ready(pv, target, now)
         placement.open(
             OpenPool(
                 pv.name,

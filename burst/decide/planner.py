@@ -4,10 +4,14 @@
 the same Plan. The reconcile loop (service/loop.py) feeds it a Snapshot built by kube/watch.py and the
 ledger, and carries the Plan out through cloud/provision.py and kube/replicate.py; `burst plan` and
 the simulator call it the same way. This module runs the rounds; each step has its own module:
-existing.py (the pools there are), triggers.py (1), placement.py with candidates.py, pools.py,
-reuse.py and unpriced.py (2), caps.py (3).
+existing.py (the pools there are), replan.py (0), triggers.py (1), placement.py with
+candidates.py, pools.py, reuse.py and unpriced.py (2), caps.py (3).
 
 How it decides, in order:
+0. A workload planned onto a pool that launches late, whose run there would now finish after its
+   deadline (on spot under spot-if-slack, with no room left for a restart), is placed again first,
+   elsewhere, and its planned dispatch cancelled where that finishes it sooner; such a pool takes
+   no new work in this plan.
 1. The on-prem queue is simulated forward (onprem.py) in priority order. A burstable workload that
    a policy claims *wants* to burst when its estimated on-prem finish misses its deadline minus the
    policy's safety margin, when it has waited longer than the policy's maximum, when its namespace's
@@ -39,13 +43,14 @@ from datetime import datetime, timedelta
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
-from burst.config import BurstPolicy, Config, selector_matches
+from burst.config import BurstPolicy, Config, TargetSpec, selector_matches
 from burst.decide.candidates import allowed_accelerators, expected_run
 from burst.decide.caps import PlanError
 from burst.decide.existing import deletions, placement_for, unneeded
 from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import pool_actions
+from burst.decide.replan import AtRisk, at_risk, replan
 from burst.decide.triggers import Want, sends_anyway, time_saved, trigger, urgency
 from burst.decide.wording import Words
 from burst.model import (
@@ -89,12 +94,12 @@ class _Planner:
         self.policies = [config.policies[name] for name in sorted(config.policies)]
         self.actions: list[Action] = []
         self.deleted: set[str] = set()  # existing pools this plan deletes
+        self.risks: list[AtRisk] = []  # planned onto a pool that launches late (replan.py)
+        self.moved: list[CancelDispatch] = []  # their dispatches placed again
         self.placement: Placement  # made in run(), once the pools it deletes are known
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
         self._claims: dict[object, BurstPolicy | None] = {}
-
-    # -- matching --
 
     def policy_for(self, w: Workload) -> BurstPolicy | None:
         # Asked for every waiting workload on every plan; most share their namespace and labels,
@@ -103,12 +108,6 @@ class _Planner:
         if key not in self._claims:
             self._claims[key] = claimant(self.policies, w)
         return self._claims[key]
-
-    def fastest_launch(self, policy: BurstPolicy) -> timedelta | None:
-        launches = [
-            self.targets[t].provisioning for t in policy.spec.placement.targets if t in self.targets
-        ]
-        return min(launches, default=None)
 
     def runtime(self, w: Workload, policy: BurstPolicy | None) -> timedelta:
         if w.expected_runtime is not None:
@@ -123,7 +122,8 @@ class _Planner:
         why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
         if why is None and policy.spec.trigger.wait_price is not None:
             # No trigger sends it: the time it would save may.
-            saved = time_saved(w, policy, est, runtime, self.fastest_launch(policy), self.now)
+            launch = fastest_launch(policy, self.targets)
+            saved = time_saved(w, policy, est, runtime, launch, self.now)
             if saved is not None:
                 return saved[0], why_not, saved[1]
         return why, why_not, None
@@ -154,10 +154,12 @@ class _Planner:
                 return True
         return False
 
-    def _open(self) -> Placement:
-        return placement_for(
-            self.snapshot, self.catalog, self.config, self.targets, self.deleted, self.now
+    def _open(self) -> None:
+        closed = self.deleted | {r.pool for r in self.risks}
+        self.placement = placement_for(
+            self.snapshot, self.catalog, self.config, self.targets, closed, self.now
         )
+        self.moved = replan(self.placement, self.risks, self.now)
 
     def _unneeded(self) -> list[DeletePool]:
         """Idle pools no work is expected for before a new one launches, once the work is placed."""
@@ -176,10 +178,12 @@ class _Planner:
 
     # -- the whole plan --
 
-    def _waiting(self) -> list[Workload]:
+    def _waiting(self) -> tuple[list[Workload], list[Workload]]:
         """The pending workloads, each claimed, in one pass (a replay's queue holds thousands, on
-        every plan); dispatches of those started on-prem cancelled."""
+        every plan), and the burstable ones planned onto a pool; dispatches of those started
+        on-prem cancelled."""
         pending: list[Workload] = []
+        planned: list[Workload] = []
         for w in self.snapshot.workloads:
             if w.phase == "pending":
                 pending.append(w)
@@ -190,14 +194,20 @@ class _Planner:
                     self.skips[w.uid] = unclaimed(w)
             elif w.phase == "started" and w.planned_pool is not None:
                 self.actions.append(CancelDispatch(w.uid, w.planned_pool, STARTED))
-        return pending
+            elif w.phase == "planned" and w.burstable and w.planned_pool is not None:
+                planned.append(w)
+        return pending, planned
 
     def run(self) -> Plan:
-        pending = self._waiting()
+        pending, planned = self._waiting()
         deleted = deletions(self.snapshot.pools, self.config.policies, self.now)
         self.actions += deleted
         self.deleted = {d.pool for d in deleted}
-        self.placement = self._open()
+        self.risks = at_risk(
+            planned, self.snapshot, self.targets, self.policy_for, self.runtime, self.now
+        )
+        self.policy_of.update((r.w.uid, r.policy) for r in self.risks)
+        self._open()
         claiming = list({p.metadata.name: p for p in self.policy_of.values()}.values())
         if self._none_fits(claiming):
             pending = []  # nothing to place: no queue to walk
@@ -216,7 +226,7 @@ class _Planner:
                 and self.queueing == "BestEffortFIFO"
                 and self._stale(pending, placed, runtimes)
             ):
-                self.placement = self._open()
+                self._open()
                 placed.clear()
             if self._none_fits(claiming):
                 break
@@ -318,7 +328,8 @@ class _Planner:
         self.actions += self._unneeded()
         return Plan(
             tuple(
-                pool_actions(self.placement.pools, self.catalog)
+                self.moved  # first: a dispatch moved is cancelled before it is made again
+                + pool_actions(self.placement.pools, self.catalog)
                 + self.placement.dispatches
                 + self.actions
             ),
@@ -326,6 +337,12 @@ class _Planner:
             if self.explain
             else (),
         )
+
+
+def fastest_launch(policy: BurstPolicy, targets: Mapping[str, TargetSpec]) -> timedelta | None:
+    """The soonest a new pool of the policy's can take work, on the targets that answer."""
+    launches = [targets[t].provisioning for t in policy.spec.placement.targets if t in targets]
+    return min(launches, default=None)
 
 
 def unclaimed(w: Workload) -> Skip:

@@ -2,7 +2,8 @@
 decision and replication. Each dispatch row is written with its estimate reserved against every
 budget over its workload, in the pass's transaction; the next pass replicates it once its pool is
 ready (remote.py). A budget that refuses the reservation leaves the workload pending, with the
-reason on its row.
+reason on its row. A dispatch the plan moves off a pool that launches late (decide/replan.py) is
+cancelled first, while it is still only planned.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 from burst.amounts import Money
 from burst.clock import Clock
 from burst.config import Config, selector_matches
-from burst.model import Dispatch
+from burst.model import Action, CancelDispatch, Dispatch
 from burst.model import Workload as WorkloadView
 from burst.money import ledger
 from burst.money.guard import first_hold, horizon
@@ -151,6 +152,44 @@ class Intents:
                 updated_at=now,
             )
         )
+
+    def cancel_moved(self, s: Session, actions: Sequence[Action]) -> set[str]:
+        """Cancel the planned dispatches a plan moves to other pools; returns the workloads whose
+        dispatch was planned there no longer, and which stay where they are."""
+        return {
+            a.workload for a in actions if isinstance(a, CancelDispatch) and not self.cancel(s, a)
+        }
+
+    def cancel(self, s: Session, action: CancelDispatch) -> bool:
+        """A planned dispatch the plan moves to another pool (decide/replan.py): cancelled while
+        it is still only planned, with no copy made anywhere (a pass replicates planned ones once
+        their pool is ready), and its workload pending for the plan's new dispatch. False when it
+        is planned there no longer: the plan's new dispatch of it must not be made."""
+        found = s.execute(
+            select(DispatchRow, Workload)
+            .join(Workload, Workload.id == DispatchRow.workload_id)
+            .join(Pool, Pool.id == DispatchRow.pool_id)
+            .where(
+                Workload.uid == action.workload,
+                Pool.name == action.pool,
+                DispatchRow.state == "planned",
+            )
+        ).first()
+        if found is None:
+            return False
+        d, w = found
+        now = self.clock.now()
+        d.state, d.state_reason, d.updated_at = "cancelled", action.reason, now
+        w.state, w.state_reason, w.updated_at = "pending", action.reason, now
+        log.info(
+            "moving %s/%s off pool %s: %s",
+            w.namespace,
+            w.name,
+            action.pool,
+            action.reason,
+            extra={"workload": f"{w.namespace}/{w.name}", "reason": action.reason},
+        )
+        return True
 
     def _policy_name(self, namespace: str, labels: Mapping[str, str]) -> str:
         return next(

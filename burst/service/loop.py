@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -212,24 +213,18 @@ class Reconciler:
                 self.teardown.delete_pool(s, name, f"{target}'s cluster stopped answering")
             tell_waiting_for_deletion(s, target, self.observer, self.replicator.events)
 
-    def _budget_views(self, s: Session, now: datetime) -> tuple[BudgetView, ...]:
-        rates = self.service.usd_rates(now)
-        return tuple(
-            BudgetView(b.name, b.scope, b.value, b.amount - ledger.used(s, b, now, rates), b.hard)
-            for b in self.budgets
-        )
-
     def _plan(self, s: Session, silent: tuple[str, ...]) -> Plan:
         known: dict[str, str] = {
             uid: state for uid, state in s.execute(select(Workload.uid, Workload.state))
         }
+        planned_on = planned_pools(s)
         pending = []
         for w in self.observer.workloads():
             state = known.get(w.uid)
             if state in (None, "pending", "requeued"):  # requeued: its copy was lost, no spot
                 pending.append(replace(w, lost_copy=True) if state == "requeued" else w)
-            elif state == "planned":
-                pending.append(replace(w, phase="planned", planned_pool=None))
+            elif state == "planned":  # the plan may move it off a pool that launches late
+                pending.append(replace(w, phase="planned", planned_pool=planned_on.get(w.uid)))
         QUEUE.set(len(pending))
         used: dict[str, list[tuple[int, datetime | None]]] = {}
         active_pools = set()
@@ -262,7 +257,7 @@ class Reconciler:
             workloads=tuple(pending),
             onprem=self.observer.onprem(),
             pools=tuple(pool_views(s, used, self.teardown.idle_since)),
-            budgets=self._budget_views(s, now),
+            budgets=budget_views(s, self.budgets, self.service.usd_rates(now), now),
             unavailable=tuple(self.unavailable.current()),
             silent_targets=silent,
             sent_last_hour=sent_last_hour(s, now, self.config),
@@ -300,13 +295,14 @@ class Reconciler:
         """Carry the plan out; returns the pools the cloud refused at once."""
         refused = []
         dispatches = []
+        stay = self.intents.cancel_moved(s, plan.actions)  # first: before their new dispatches
         for action in _fresh_names(s, plan.actions):
             if isinstance(action, CreatePool):
                 if self.provisioner.create(s, action).state == "failed":
                     refused.append(action.pool)
             elif isinstance(action, ResizePool):
                 self.provisioner.resize(s, action.pool, action.nodes)
-            elif isinstance(action, Dispatch):
+            elif isinstance(action, Dispatch) and action.workload not in stay:
                 dispatches.append(action)  # recorded together, once their pools have rows
             elif isinstance(action, DeletePool):
                 self.teardown.delete_pool(s, action.pool, action.reason)
@@ -324,6 +320,29 @@ class Reconciler:
             if refresh is not None:
                 problems += [f"{target}: {p}" for p in refresh()]
         return problems
+
+
+def budget_views(
+    s: Session, budgets: Sequence[ledger.BudgetLimit], rates: Mapping[str, Decimal], now: datetime
+) -> tuple[BudgetView, ...]:
+    """What is left of each budget: its amount less posted spend and held reservations."""
+    return tuple(
+        BudgetView(b.name, b.scope, b.value, b.amount - ledger.used(s, b, now, rates), b.hard)
+        for b in budgets
+    )
+
+
+def planned_pools(s: Session) -> dict[str, str]:
+    """The pool each workload with a planned dispatch is planned onto, by workload uid."""
+    return {
+        uid: pool
+        for uid, pool in s.execute(
+            select(Workload.uid, Pool.name)
+            .join(DispatchRow, DispatchRow.workload_id == Workload.id)
+            .join(Pool, Pool.id == DispatchRow.pool_id)
+            .where(DispatchRow.state == "planned")
+        )
+    }
 
 
 def _fresh_names(s: Session, actions: Sequence[Action]) -> list[Action]:

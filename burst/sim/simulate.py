@@ -174,7 +174,9 @@ class World(Views):
                     self._plan(i, pool)
                     self.sent.setdefault(pool.policy, collections.deque()).append(self.now)
             elif isinstance(a, CancelDispatch):
-                self._unplan(int(a.workload))
+                planned = self.jobs[int(a.workload)].planned_pool
+                if planned is not None and planned.name == a.pool:
+                    self._unplan(int(a.workload))
             elif isinstance(a, DeletePool):
                 pool = self.pools.get(a.pool)
                 if pool is not None:

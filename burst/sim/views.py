@@ -99,8 +99,9 @@ class Views(CloudPools):
 
     def _queued_as(self, i: int) -> Workload:
         w = self.workload(i)
-        if self.jobs[i].planned_pool is not None:
-            w = replace(w, phase="planned")
+        planned = self.jobs[i].planned_pool
+        if planned is not None:
+            w = replace(w, phase="planned", planned_pool=planned.name)
         if self.jobs[i].restarts:  # a run of it was lost, as the service's loop tells the plan
             w = replace(w, lost_copy=True)
         self.queued_as[i] = w

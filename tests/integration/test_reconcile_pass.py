@@ -3,28 +3,35 @@ capacity sends its workload to the next-best offer in the same pass."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from burst import config
 from burst.amounts import Money
 from burst.app import reconciler_for
 from burst.clock import FakeClock
 from burst.cloud import catalog
+from burst.config import Config
 from burst.demo.scenario import job_manifest
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects
-from burst.model import CreatePool, OfferKey
+from burst.model import CancelDispatch, CreatePool, OfferKey
 from burst.model import Dispatch as DispatchAction
 from burst.sandbox import gpu_node
-from burst.service.loop import _fresh_names
+from burst.service.intents import Intents
+from burst.service.loop import Reconciler, _fresh_names
 from burst.store import database
-from burst.store.tables import Dispatch, Pool
-from providers.sim import SimCloud, SimProvider, SimSettings
+from burst.store.tables import Dispatch, Pool, Workload
+from providers.sim import LATENCY, Latency, SimCloud, SimProvider, SimSettings
 from tests.builders import NOW, pool_row
 from tests.conftest import ROOT, wait_for
 
@@ -35,38 +42,45 @@ CFG = config.load(
 )
 
 
-def one_pass(kube: Any, tmp_path: Path, settings: SimSettings) -> list[tuple[str, str, OfferKey]]:
-    """Run one pass; returns the pools it asked for: (state, reason, offer)."""
-    clock = FakeClock()
+@contextmanager
+def reconciling(
+    kube: Any, db_dir: Path, cfg: Config, clock: FakeClock, settings: SimSettings
+) -> Iterator[tuple[Reconciler, sessionmaker[Session]]]:
+    """A reconciler of `cfg` against the sandbox and a simulated cloud on `clock`, its watch
+    synced, and its database's sessions."""
     world = SimCloud(clock, settings=settings)
-    assert CFG.service is not None
+    assert cfg.service is not None
     providers = {
         t.name: SimProvider(
             world, target=t.name, cloud=t.cloud, region=t.region, offers=lambda: list(SHIPPED)
         )
-        for t in CFG.service.spec.targets
+        for t in cfg.service.spec.targets
     }
-    tmp_path.mkdir()
-    engine = database.make_engine(f"sqlite:///{tmp_path / 'burst.db'}")
+    engine = database.make_engine(f"sqlite:///{db_dir / 'burst.db'}")
     database.upgrade(engine)
+    sessions = database.sessions(engine)
     observer = Observer(kube, clock).start()
     try:
         observer.wait_synced()
         wait_for(lambda: observer.workloads())
-        reconciler = reconciler_for(
-            CFG, SHIPPED, clock, database.sessions(engine), observer, kube, {}, providers
-        )
+        yield reconciler_for(cfg, SHIPPED, clock, sessions, observer, kube, {}, providers), sessions
+    finally:
+        observer.stop()
+        engine.dispose()
+
+
+def one_pass(kube: Any, tmp_path: Path, settings: SimSettings) -> list[tuple[str, str, OfferKey]]:
+    """Run one pass; returns the pools it asked for: (state, reason, offer)."""
+    tmp_path.mkdir()
+    with reconciling(kube, tmp_path, CFG, FakeClock(), settings) as (reconciler, sessions):
         reconciler.run_once()
-        with database.sessions(engine)() as s:
+        with sessions() as s:
             pools = list(s.scalars(select(Pool).order_by(Pool.id)))
             planned = s.scalars(select(Dispatch).where(Dispatch.state == "planned")).all()
             assert [d.pool_id for d in planned] == [pools[-1].id]  # the job waits on the last
             return [
                 (p.state, p.state_reason or "", reconciler.provisioner.spec(p).offer) for p in pools
             ]
-    finally:
-        observer.stop()
-        engine.dispose()
 
 
 def test_a_capacity_refusal_is_followed_by_the_next_best_offer_in_the_same_pass(
@@ -81,6 +95,90 @@ def test_a_capacity_refusal_is_followed_by_the_next_best_offer_in_the_same_pass(
     refused, chosen = one_pass(kube, tmp_path / "short", SimSettings(capacity={cheapest: 0}))
     assert refused[0] == "failed" and "capacity" in refused[1] and refused[2] == cheapest
     assert chosen[0] in ("requested", "creating") and chosen[2] != cheapest
+
+
+def test_a_dispatch_planned_onto_a_pool_that_launches_late_moves_before_any_copy_is_made(
+    kube: Any, tmp_path: Path
+) -> None:
+    """A 5 s job with 32 s to its deadline goes to spot (spot-if-slack: a launch of 9 s at the
+    slowest and one restart fit). Its pool does not come up (launches here take an hour). 12 s
+    on, past the pool's 8 s estimate and before its launch timeout (3 estimates), a start when
+    the pool is now expected (its estimate again from now) leaves no room for a restart: the
+    pass cancels the planned dispatch and plans the job on demand, where it finishes in time.
+    No copy was made on the late pool, so it runs once."""
+    policy = CFG.policies["demo-training"]
+    placement = policy.spec.placement.model_copy(update={"capacity": "spot-if-slack"})
+    spotty = policy.model_copy(
+        update={"spec": policy.spec.model_copy(update={"placement": placement})}
+    )
+    cfg = replace(CFG, policies={**CFG.policies, "demo-training": spotty})
+    start = datetime.now(UTC).replace(microsecond=0)
+    clock = FakeClock(start)
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    deadline = (start + timedelta(seconds=32)).isoformat()
+    job = job_manifest("tight", 1, deadline=deadline, seconds=5)
+    local.batch.create_namespaced_job("cms-ml", job, _preload_content=False)
+    hour = Latency(median_s=3600, sigma=0.0, cap_s=3600)
+    slow = SimSettings(latency={c: hour for c in LATENCY})
+    with reconciling(kube, tmp_path, cfg, clock, slow) as (reconciler, sessions):
+        reconciler.run_once()
+        clock.advance(12)
+        reconciler.run_once()
+        with sessions() as s:
+            rows = s.execute(
+                select(Dispatch.state, Dispatch.state_reason, Pool.capacity, Pool.state)
+                .join(Pool, Pool.id == Dispatch.pool_id)
+                .order_by(Dispatch.id)
+            ).all()
+    (first, second) = rows
+    assert first[0] == "cancelled" and first[2] == "spot" and first[3] == "creating"
+    assert "is late to launch" in (first[1] or "")
+    assert second[0] == "planned" and second[2] == "on-demand"  # and nothing dispatched
+
+
+@pytest.mark.parametrize("state", ["planned", "dispatched"])
+def test_a_dispatch_is_moved_only_while_it_is_still_planned(state: str, tmp_path: Path) -> None:
+    """The plan moves a dispatch it saw planned; should its copy have been made since, the move
+    is refused, and the plan's new dispatch of it must not be made (it would run twice)."""
+    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
+    database.upgrade(engine)
+    with database.sessions(engine)() as s:
+        pool = pool_row(name="late", state="creating")
+        work = Workload(
+            uid="u1",
+            kind="Job",
+            namespace="cms-ml",
+            name="j",
+            team="cms-ml",
+            gpus_per_pod=1,
+            state=state,
+            created_at=NOW,
+            updated_at=NOW,
+        )
+        s.add_all([pool, work])
+        s.flush()
+        s.add(
+            Dispatch(
+                workload_id=work.id,
+                pool_id=pool.id,
+                attempt=1,
+                target="aws-eu",
+                remote_namespace="",
+                remote_name="planned-u1-1",
+                state=state,
+                epoch=1,
+                created_at=NOW,
+                updated_at=NOW,
+            )
+        )
+        s.commit()
+        intents = Intents(config=CFG, clock=FakeClock(NOW), budgets=[], epoch=lambda: 1)
+        moved = intents.cancel(s, CancelDispatch("u1", "late", "placed again: late"))
+        assert moved == (state == "planned")
+        assert s.scalars(select(Dispatch.state)).all() == ["cancelled" if moved else state]
+        assert s.scalar(select(Workload.state)) == ("pending" if moved else state)
+    engine.dispose()
 
 
 def test_no_plan_before_the_watch_has_listed_everything(kube: Any, tmp_path: Path) -> None:

@@ -517,6 +517,67 @@ def test_a_launch_past_its_estimate_is_not_trusted_with_a_tight_deadline() -> No
     assert "no cloud meets the deadline either" in dispatch.reason
 
 
+def test_a_dispatch_planned_onto_a_pool_that_launches_late_is_placed_again_if_sooner() -> None:
+    # As above: the aws pool created an hour ago is expected at 09:10, so w1 planned onto it
+    # would finish at 11:10, after its deadline less the 30 min margin (10:35 + 30 min). A new
+    # gcp pool finishes it at 11:08: its dispatch is cancelled first, and made again there.
+    # Nothing more goes onto the late pool meanwhile (w2 would fit in its room).
+    deadline = NOW + 2 * H + timedelta(minutes=35)
+    late = _pool(state="creating", created=NOW - H, free_gpus=(3,))
+    w1 = workload(deadline=deadline, phase="planned", planned_pool=late.name)
+    w2 = workload("w2", deadline=NOW + 2 * H + timedelta(minutes=50))
+    snap = Snapshot(workloads=(w1, w2), onprem=BUSY_V100, pools=(late,))
+    plan = decide.plan(snap, CATALOG, make_config(), NOW)
+    cancel = plan.actions[0]
+    assert isinstance(cancel, CancelDispatch) and (cancel.workload, cancel.pool) == (
+        "w1",
+        late.name,
+    )
+    assert "its pool aws-euc1-p3-8xlarge-od-1 is late to launch" in cancel.reason
+    assert dispatches(plan)["w1"].target.startswith("gcp")
+    assert dispatches(plan)["w2"].pool != late.name
+    # Launched 5 minutes ago, it is expected on time (09:05): w1 stays planned there, and w2
+    # takes the pool's room.
+    fresh = replace(late, created=NOW - timedelta(minutes=5))
+    w1 = replace(w1, deadline=NOW + 2 * H + timedelta(minutes=40))
+    plan = decide.plan(
+        replace(snap, workloads=(w1, w2), pools=(fresh,)), CATALOG, make_config(), NOW
+    )
+    assert "w1" not in dispatches(plan) and dispatches(plan)["w2"].pool == fresh.name
+    assert not [a for a in plan.actions if isinstance(a, CancelDispatch)]
+
+
+def test_a_late_dispatch_stays_where_nothing_finishes_it_sooner() -> None:
+    # Only aws: a new pool there launches no sooner than the late one is now expected to.
+    aws_only = make_config(("ml", policy_spec(placement={"targets": ["aws-euc1"]})))
+    late = _pool(state="creating", created=NOW - H, free_gpus=(3,))
+    w1 = workload(deadline=NOW + 2 * H, phase="planned", planned_pool=late.name)
+    plan = decide.plan(
+        Snapshot(workloads=(w1,), onprem=BUSY_V100, pools=(late,)), CATALOG, aws_only, NOW
+    )
+    assert plan.actions == ()
+
+
+def test_a_late_spot_pool_that_leaves_no_slack_for_a_restart_moves_its_dispatch_on_demand() -> None:
+    # spot-if-slack placed w1 on spot with room for one restart. The pool is late: started at
+    # 09:10, a 1 h run ends 10:10, in time, but a reclaim and a restart (10 min, 1 h) would end
+    # 11:20, after 11:40 less the 30 min margin. On demand it is placed again, in time.
+    cfg = make_config(("ml", policy_spec(placement={"capacity": "spot-if-slack"})))
+    offer = OfferKey("aws", "eu-central-1", "p3.8xlarge", "spot", "V100", 4)
+    late = _pool("aws-euc1-p3-8xlarge-spot-1", offer=offer, state="creating", created=NOW - H)
+    w1 = workload(
+        deadline=NOW + 2 * H + timedelta(minutes=40),
+        expected_runtime=H,
+        phase="planned",
+        planned_pool=late.name,
+    )
+    plan = decide.plan(
+        Snapshot(workloads=(w1,), onprem=BUSY_V100, pools=(late,)), CATALOG, cfg, NOW
+    )
+    assert isinstance(plan.actions[0], CancelDispatch)
+    assert offer_of(plan, "w1").capacity == "on-demand"
+
+
 def test_grows_an_existing_pool_of_the_chosen_offer() -> None:
     cfg = make_config(
         ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))

@@ -67,6 +67,7 @@ class Checked:
             replace(
                 world.workload(i),
                 phase="pending" if world.jobs[i].planned_pool is None else "planned",
+                planned_pool=getattr(world.jobs[i].planned_pool, "name", None),
                 lost_copy=world.jobs[i].restarts > 0,
             )
             for i in world.queued()

@@ -1,0 +1,87 @@
+"""Dispatches planned onto a pool that launches late, placed again: part of the decision
+(planner.py asks it before the queue is walked).
+
+A pool's launch past its estimate is in the latency's heavy tail, and is expected to take as long
+again (existing.expected_ready). A workload planned onto it that would then finish after its deadline less
+its policy's margin, or on spot with no room left for one restart, is at risk there. Such pools
+take no new work this plan; each workload at risk on one is placed again as if it wanted to
+burst, and where another place finishes it sooner, its planned dispatch is cancelled. A dispatch
+still planned has no copy anywhere: moving it runs nothing twice (the service moves a row still
+`planned` only, service/intents.py).
+
+On realistic clouds a replay's missed deadlines with exact runtimes were such workloads: 0.9 h
+of slack, a pool of spot nodes 44 minutes in coming (its estimate 12), and a reclaim after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import NamedTuple
+
+from burst.config import BurstPolicy, TargetSpec
+from burst.decide.existing import LAUNCHING, expected_ready
+from burst.decide.onprem import Estimate
+from burst.decide.placement import Placement
+from burst.decide.triggers import Want, safety_margin, urgency
+from burst.decide.wording import Words, at
+from burst.model import CancelDispatch, Snapshot, Workload
+
+
+class AtRisk(NamedTuple):
+    w: Workload
+    policy: BurstPolicy
+    runtime: timedelta
+    pool: str
+    ready: datetime  # when its pool is now expected to take work
+
+
+def at_risk(
+    planned: Sequence[Workload],
+    snapshot: Snapshot,
+    targets: Mapping[str, TargetSpec],
+    policy_for: Callable[[Workload], BurstPolicy | None],
+    runtime: Callable[[Workload, BurstPolicy], timedelta],
+    now: datetime,
+) -> list[AtRisk]:
+    """The planned workloads at risk on a pool of `snapshot` that launches late, most urgent
+    first; `policy_for` claims a workload, `runtime` gives its expected run."""
+    by_name = {p.name: p for p in snapshot.pools}
+    found = []
+    for w in planned:
+        pv = by_name.get(w.planned_pool or "")
+        policy = policy_for(w)
+        if pv is None or pv.state not in LAUNCHING or w.deadline is None or policy is None:
+            continue
+        target = targets.get(pv.target)
+        if target is None:
+            continue
+        run = runtime(w, policy)
+        ready = expected_ready(pv, target, now)
+        finish = ready + run
+        if pv.offer.capacity == "spot" and policy.spec.placement.capacity == "spot-if-slack":
+            finish += target.provisioning + run  # the restart spot-if-slack kept room for
+        if finish > w.deadline - safety_margin(policy.spec.trigger, run):
+            found.append(AtRisk(w, policy, run, pv.name, ready))
+    found.sort(key=lambda r: urgency(r.w, r.runtime, now))
+    return found
+
+
+def replan(placement: Placement, risks: Sequence[AtRisk], now: datetime) -> list[CancelDispatch]:
+    """Place each workload at risk again (its pool takes no work in `placement`); the cancels
+    of the dispatches moved. One placed nowhere, or only later than its pool would finish it,
+    stays where it was planned."""
+    cancels = []
+    for r in risks:
+        there = r.ready + r.runtime
+        why = Words(_late_pool, r.pool, r.ready, now)
+        # What it has where it is planned takes the place of its on-prem estimate: once its
+        # deadline is lost, a cloud must finish it sooner than that to take it.
+        want = Want(r.w, r.policy, r.runtime, Estimate(None, r.ready, there), why, r.w.deadline)
+        if placement.place(want) is None:
+            cancels.append(CancelDispatch(r.w.uid, r.pool, f"placed again: {why}"))
+    return cancels
+
+
+def _late_pool(pool: str, ready: datetime, now: datetime) -> str:
+    return f"its pool {pool} is late to launch (expected ready {at(ready, now)})"
