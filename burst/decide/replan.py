@@ -2,12 +2,12 @@
 (planner.py asks it before the queue is walked).
 
 A pool's launch past its estimate is in the latency's heavy tail, and is expected to take as long
-again (existing.expected_ready). A workload planned onto it that would then finish after its deadline less
-its policy's margin, or on spot with no room left for one restart, is at risk there. Such pools
-take no new work this plan; each workload at risk on one is placed again as if it wanted to
-burst, and where another place finishes it sooner, its planned dispatch is cancelled. A dispatch
-still planned has no copy anywhere: moving it runs nothing twice (the service moves a row still
-`planned` only, service/intents.py).
+again (existing.expected_ready). A workload planned onto it that would then finish after its
+deadline less its policy's margin, or on spot with no room left for one restart, is at risk
+there. Such pools take no new work this plan; each workload at risk on one is placed again as if
+it wanted to burst, and where another place finishes it sooner, its planned dispatch is
+cancelled. A dispatch still planned has no copy anywhere: moving it runs nothing twice (the
+service moves a row still `planned` only, service/intents.py).
 
 On realistic clouds a replay's missed deadlines with exact runtimes were such workloads: 0.9 h
 of slack, a pool of spot nodes 44 minutes in coming (its estimate 12), and a reclaim after.
