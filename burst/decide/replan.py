@@ -54,8 +54,8 @@ def at_risk(
         if pv is None or pv.state not in LAUNCHING or w.deadline is None or policy is None:
             continue
         target = targets.get(pv.target)
-        if target is None:
-            continue
+        if target is None or pv.created + target.provisioning > now:
+            continue  # launching on time: as the plan that put it there expected
         run = runtime(w, policy)
         ready = expected_ready(pv, target, now)
         finish = ready + run

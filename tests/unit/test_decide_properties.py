@@ -25,6 +25,7 @@ from burst.decide.triggers import Want
 from burst.decide.unpriced import LateRefusals
 from burst.model import (
     BudgetView,
+    CancelDispatch,
     CreatePool,
     DeletePool,
     Dispatch,
@@ -93,8 +94,9 @@ minutes = st.integers(min_value=0, max_value=48 * 60).map(lambda m: timedelta(mi
 
 
 @st.composite
-def workloads(draw: st.DrawFn, uid: str) -> Workload:
+def workloads(draw: st.DrawFn, uid: str, pools: tuple[str, ...] = ()) -> Workload:
     created = NOW - draw(minutes)
+    phase = draw(st.sampled_from(["pending"] * 8 + ["started", "planned"]))
     return Workload(
         uid=uid,
         kind=draw(st.sampled_from(["Job", "PyTorchJob"])),
@@ -114,7 +116,9 @@ def workloads(draw: st.DrawFn, uid: str) -> Workload:
         cpu_per_pod=draw(st.sampled_from([0.0, 4.0, 16.0])),
         memory_gib_per_pod=draw(st.sampled_from([0.0, 16.0, 120.0])),
         quota_blocked=draw(st.booleans()),
-        phase=draw(st.sampled_from(["pending"] * 8 + ["started", "planned"])),
+        phase=phase,
+        # A planned one waits on a pool there is (or one gone since); a started one's is gone.
+        planned_pool=draw(st.sampled_from([*pools, "gone"])) if phase == "planned" else None,
     )
 
 
@@ -153,7 +157,8 @@ def pools(draw: st.DrawFn, name: str) -> PoolView:
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     n = draw(st.integers(1, 25))
-    ws = tuple(draw(workloads(f"w{i:02d}")) for i in range(n))
+    existing = tuple(draw(pools(f"pool-{i}")) for i in range(draw(st.integers(0, 3))))
+    ws = tuple(draw(workloads(f"w{i:02d}", tuple(p.name for p in existing))) for i in range(n))
     capacity = {p: draw(st.sampled_from([0, 4, 8, 16])) for p in PRODUCTS}
     running = tuple(
         RunningWorkload(f"r{i}", p, draw(st.integers(1, max(1, capacity[p]))), NOW + draw(minutes))
@@ -170,7 +175,6 @@ def scenarios(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         )
         for team in draw(st.lists(st.sampled_from(TEAMS), unique=True))
     )
-    existing = tuple(draw(pools(f"pool-{i}")) for i in range(draw(st.integers(0, 3))))
     sent = {"ml": draw(st.integers(0, 12))}  # how often work came in the last hour
     snap = Snapshot(
         workloads=ws,
@@ -268,7 +272,10 @@ def only_pending_burstable_workloads_are_touched_and_each_exactly_once(
     dispatched = [a.workload for a in plan.actions if isinstance(a, Dispatch)]
     skipped = [s.workload for s in plan.skips]
     expected = {w.uid for w in snap.workloads if w.burstable and w.phase == "pending"}
-    assert sorted(dispatched + skipped) == sorted(expected)
+    moved = {a.workload for a in plan.actions if isinstance(a, CancelDispatch)} - {
+        w.uid for w in snap.workloads if w.phase == "started"
+    }
+    assert sorted(dispatched + skipped) == sorted(expected | moved)
     for s in plan.skips:
         assert s.reason
 
@@ -377,7 +384,36 @@ def a_pool_deleted_is_deleted_once_and_given_no_work(
     assert not given & set(deleted), plan
 
 
+def a_dispatch_moved_off_a_late_pool_is_cancelled_first_and_made_again_elsewhere(
+    snap: Snapshot, cfg: Config, plan: Plan
+) -> None:
+    """Never a planned dispatch cancelled and not made again (its workload would wait for a
+    pass), nor made again before its cancel (the service would refuse the cancel and the job
+    sit on two pools), nor moved off a pool that is up or on time: only a late launch moves it."""
+    planned = {w.uid: w for w in snap.workloads if w.phase == "planned"}
+    by_name = {p.name: p for p in snap.pools}
+    assert cfg.service is not None
+    launch = {t.name: t.provisioning for t in cfg.service.spec.targets}
+    at = {id(a): k for k, a in enumerate(plan.actions)}
+    dispatch_of = {a.workload: a for a in plan.actions if isinstance(a, Dispatch)}
+    for a in plan.actions:
+        if not isinstance(a, CancelDispatch) or a.workload not in planned:
+            continue
+        pv = by_name[a.pool]
+        assert planned[a.workload].planned_pool == a.pool
+        assert pv.state in ("requested", "creating")
+        assert pv.created + launch[pv.target] <= NOW  # at or past its estimate, and not up
+        again = dispatch_of[a.workload]
+        assert again.pool != a.pool and at[id(a)] < at[id(again)], plan
+    late = {a.pool for a in plan.actions if isinstance(a, CancelDispatch)}
+    given = {a.pool for a in plan.actions if isinstance(a, (Dispatch, ResizePool))}
+    assert not late & given, plan
+    for uid in planned.keys() & dispatch_of.keys():
+        assert any(isinstance(a, CancelDispatch) and a.workload == uid for a in plan.actions)
+
+
 PROPERTIES = [
+    a_dispatch_moved_off_a_late_pool_is_cancelled_first_and_made_again_elsewhere,
     a_pool_deleted_is_deleted_once_and_given_no_work,
     no_plan_exceeds_a_hard_budget,
     no_plan_exceeds_a_cap,
@@ -469,3 +505,38 @@ def test_a_backlog_at_the_pool_limit_is_planned_as_if_each_were_priced(
     refusals_remembered_change_nothing(snap, cfg, plan)
     refusals_for_no_room_are_what_pricing_gives(snap, cfg, plan)
     refusals_for_a_spent_budget_are_what_pricing_gives(snap, cfg, plan)
+
+
+@st.composite
+def late_launches(draw: st.DrawFn) -> tuple[Snapshot, Config]:
+    """A scenario whose pools all launch, most past their estimate, with half its workloads
+    planned onto them and due around when they would end there."""
+    snap, cfg = draw(scenarios())
+    launching = snap.pools or (draw(pools("pool-late")),)
+    late = tuple(
+        replace(p, state="creating", created=NOW - M * draw(st.integers(0, 90))) for p in launching
+    )
+    ws = []
+    for w in snap.workloads:
+        if draw(st.booleans()):
+            pool = draw(st.sampled_from(late))
+            assert w.expected_runtime is not None
+            w = replace(
+                w,
+                namespace=pool.policy,  # claimed by the pool's policy
+                burstable=True,
+                phase="planned",
+                planned_pool=pool.name,
+                deadline=NOW + w.expected_runtime + M * draw(st.integers(-30, 90)),
+            )
+        ws.append(w)
+    return replace(snap, workloads=tuple(ws), pools=late), cfg
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(late_launches())
+def test_dispatches_planned_onto_pools_that_launch_late(scenario: tuple[Snapshot, Config]) -> None:
+    snap, cfg = scenario
+    plan = _plan(snap, cfg)
+    for check in PROPERTIES:
+        check(snap, cfg, plan)
