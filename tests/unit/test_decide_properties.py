@@ -428,13 +428,16 @@ PROPERTIES = [
 ]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios())
-def test_plan_invariants(scenario: tuple[Snapshot, Config]) -> None:
-    snap, cfg = scenario
+def _every_property_holds(snap: Snapshot, cfg: Config) -> None:
     plan = _plan(snap, cfg)
     for check in PROPERTIES:
         check(snap, cfg, plan)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_plan_invariants(scenario: tuple[Snapshot, Config]) -> None:
+    _every_property_holds(*scenario)
 
 
 @st.composite
@@ -536,7 +539,4 @@ def late_launches(draw: st.DrawFn) -> tuple[Snapshot, Config]:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(late_launches())
 def test_dispatches_planned_onto_pools_that_launch_late(scenario: tuple[Snapshot, Config]) -> None:
-    snap, cfg = scenario
-    plan = _plan(snap, cfg)
-    for check in PROPERTIES:
-        check(snap, cfg, plan)
+    _every_property_holds(*scenario)
