@@ -5,9 +5,10 @@ A pool's launch past its estimate is in the latency's heavy tail, and is expecte
 again (existing.expected_ready). A workload planned onto it that would then finish after its
 deadline less its policy's margin, or on spot with no room left for one restart, is at risk
 there. Such pools take no new work this plan; each workload at risk on one is placed again as if
-it wanted to burst, and where another place finishes it sooner, its planned dispatch is
-cancelled. A dispatch still planned has no copy anywhere: moving it runs nothing twice (the
-service moves a row still `planned` only, service/intents.py).
+it wanted to burst, and where another place finishes it by its deadline, its planned dispatch is
+cancelled. One no place finishes in time stays: a lost deadline is not chased with a new pool
+while the late one launches on. A dispatch still planned has no copy anywhere: moving it runs
+nothing twice (the service moves a row still `planned` only, service/intents.py).
 
 On realistic clouds a replay's missed deadlines with exact runtimes were such workloads: 0.9 h
 of slack, a pool of spot nodes 44 minutes in coming (its estimate 12), and a reclaim after.
@@ -69,15 +70,15 @@ def at_risk(
 
 def replan(placement: Placement, risks: Sequence[AtRisk], now: datetime) -> list[CancelDispatch]:
     """Place each workload at risk again (its pool takes no work in `placement`); the cancels
-    of the dispatches moved. One placed nowhere, or only later than its pool would finish it,
-    stays where it was planned."""
+    of the dispatches moved. One no other place finishes by its deadline stays where it was
+    planned."""
     cancels = []
     for r in risks:
-        there = r.ready + r.runtime
         why = Words(_late_pool, r.pool, r.ready, now)
-        # What it has where it is planned takes the place of its on-prem estimate: once its
-        # deadline is lost, a cloud must finish it sooner than that to take it.
-        want = Want(r.w, r.policy, r.runtime, Estimate(None, r.ready, there), why, r.w.deadline)
+        # Where it is planned takes the place of its on-prem estimate, as finishing at once: a
+        # deadline lost anyway is not chased with a new pool while the late one launches on.
+        stays = Estimate(None, now, now)
+        want = Want(r.w, r.policy, r.runtime, stays, why, r.w.deadline)
         if placement.place(want) is None:
             cancels.append(CancelDispatch(r.w.uid, r.pool, f"placed again: {why}"))
     return cancels

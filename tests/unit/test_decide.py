@@ -547,15 +547,14 @@ def test_a_dispatch_planned_onto_a_pool_that_launches_late_is_placed_again_if_so
     assert not [a for a in plan.actions if isinstance(a, CancelDispatch)]
 
 
-def test_a_late_dispatch_stays_where_nothing_finishes_it_sooner() -> None:
-    # Only aws: a new pool there launches no sooner than the late one is now expected to.
-    aws_only = make_config(("ml", policy_spec(placement={"targets": ["aws-euc1"]})))
+def test_a_late_dispatch_whose_deadline_no_cloud_meets_stays_where_it_is() -> None:
+    # Due at 11:00 after a 2 h run: a new gcp pool would end it at 11:08, two minutes before the
+    # late aws pool is now expected to (11:10), but late either way. A new pool to finish a lost
+    # deadline two minutes sooner, while the late one launches on, is not made.
     late = _pool(state="creating", created=NOW - H, free_gpus=(3,))
     w1 = workload(deadline=NOW + 2 * H, phase="planned", planned_pool=late.name)
-    plan = decide.plan(
-        Snapshot(workloads=(w1,), onprem=BUSY_V100, pools=(late,)), CATALOG, aws_only, NOW
-    )
-    assert plan.actions == ()
+    snap = Snapshot(workloads=(w1,), onprem=BUSY_V100, pools=(late,))
+    assert decide.plan(snap, CATALOG, make_config(), NOW).actions == ()
 
 
 def test_a_late_spot_pool_that_leaves_no_slack_for_a_restart_moves_its_dispatch_on_demand() -> None:
