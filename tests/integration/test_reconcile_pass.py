@@ -24,10 +24,9 @@ from burst.config import Config
 from burst.demo.scenario import job_manifest
 from burst.kube.observe import Observer
 from burst.kube.replicate import KubeObjects
-from burst.model import CancelDispatch, CreatePool, OfferKey
+from burst.model import CancelDispatch, CreatePool, OfferKey, Plan
 from burst.model import Dispatch as DispatchAction
 from burst.sandbox import gpu_node
-from burst.service.intents import Intents
 from burst.service.loop import Reconciler, _fresh_names
 from burst.store import database
 from burst.store.tables import Dispatch, Pool, Workload
@@ -138,47 +137,64 @@ def test_a_dispatch_planned_onto_a_pool_that_launches_late_moves_before_any_copy
 
 
 @pytest.mark.parametrize("state", ["planned", "dispatched"])
-def test_a_dispatch_is_moved_only_while_it_is_still_planned(state: str, tmp_path: Path) -> None:
-    """The plan moves a dispatch it saw planned; should its copy have been made since, the move
-    is refused, and the plan's new dispatch of it must not be made (it would run twice)."""
-    engine = database.make_engine(f"sqlite:///{tmp_path / 'b.db'}")
-    database.upgrade(engine)
-    with database.sessions(engine)() as s:
-        pool = pool_row(name="late", state="creating")
-        work = Workload(
-            uid="u1",
-            kind="Job",
-            namespace="cms-ml",
-            name="j",
-            team="cms-ml",
-            gpus_per_pod=1,
-            state=state,
-            created_at=NOW,
-            updated_at=NOW,
-        )
-        s.add_all([pool, work])
-        s.flush()
-        s.add(
-            Dispatch(
-                workload_id=work.id,
-                pool_id=pool.id,
-                attempt=1,
-                target="aws-eu",
-                remote_namespace="",
-                remote_name="planned-u1-1",
+def test_a_dispatch_is_moved_only_while_it_is_still_planned(
+    kube: Any, tmp_path: Path, state: str
+) -> None:
+    """A plan moves a dispatch it saw planned: the pass cancels it and plans the new one. Should
+    its copy have been made since, the cancel is refused and the plan's new dispatch of it is not
+    made: the job would run on two pools."""
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.batch.create_namespaced_job(
+        "cms-ml", job_manifest("moved", 1, deadline="1h"), _preload_content=False
+    )
+    with reconciling(kube, tmp_path, CFG, FakeClock(NOW), SimSettings()) as (reconciler, sessions):
+        (job,) = reconciler.observer.workloads()
+        with sessions() as s:
+            late, other = pool_row(name="late", state="creating"), pool_row(name="other")
+            work = Workload(
+                uid=job.uid,
+                kind="Job",
+                namespace="cms-ml",
+                name="moved",
+                team="cms-ml",
+                gpus_per_pod=1,
                 state=state,
-                epoch=1,
                 created_at=NOW,
                 updated_at=NOW,
             )
-        )
-        s.commit()
-        intents = Intents(config=CFG, clock=FakeClock(NOW), budgets=[], epoch=lambda: 1)
-        moved = intents.cancel(s, CancelDispatch("u1", "late", "placed again: late"))
-        assert moved == (state == "planned")
-        assert s.scalars(select(Dispatch.state)).all() == ["cancelled" if moved else state]
-        assert s.scalar(select(Workload.state)) == ("pending" if moved else state)
-    engine.dispose()
+            s.add_all([late, other, work])
+            s.flush()
+            s.add(
+                Dispatch(
+                    workload_id=work.id,
+                    pool_id=late.id,
+                    attempt=1,
+                    target="aws-eu",
+                    remote_namespace="",
+                    remote_name=f"planned-{job.uid}-1",
+                    state=state,
+                    epoch=1,
+                    created_at=NOW,
+                    updated_at=NOW,
+                )
+            )
+            s.commit()
+            moved = Plan(
+                (
+                    CancelDispatch(job.uid, "late", "placed again: its pool late is late"),
+                    DispatchAction(job.uid, "other", "aws-eu", "r", Money.zero("USD"), NOW),
+                ),
+                (),
+            )
+            reconciler._act(s, moved)
+            rows = s.execute(
+                select(Pool.name, Dispatch.state).join(Pool).order_by(Dispatch.id)
+            ).all()
+    if state == "planned":
+        assert [tuple(r) for r in rows] == [("late", "cancelled"), ("other", "planned")]
+    else:
+        assert [tuple(r) for r in rows] == [("late", "dispatched")]
 
 
 def test_no_plan_before_the_watch_has_listed_everything(kube: Any, tmp_path: Path) -> None:
