@@ -9,9 +9,9 @@ candidates.py, pools.py, reuse.py and unpriced.py (2), caps.py (3).
 
 How it decides, in order:
 0. A workload planned onto a pool that launches late, whose run there would now finish after its
-   deadline (on spot under spot-if-slack, with no room left for a restart), is placed again first,
-   elsewhere, and its planned dispatch cancelled where that meets its deadline; such a pool takes
-   no new work in this plan.
+   deadline (on spot under spot-if-slack, with no room for a restart before it less the margin),
+   is placed again first, elsewhere, and its planned dispatch cancelled where that meets its
+   deadline; such a pool takes no new work in this plan.
 1. The on-prem queue is simulated forward (onprem.py) in priority order. A burstable workload that
    a policy claims *wants* to burst when its estimated on-prem finish misses its deadline minus the
    policy's safety margin, when it has waited longer than the policy's maximum, when its namespace's

@@ -3,8 +3,8 @@
 
 A pool's launch past its estimate is in the latency's heavy tail, and is expected to take as long
 again (existing.expected_ready). A workload planned onto it that would then finish after its
-deadline less its policy's margin, or on spot with no room left for one restart, is at risk
-there. Such pools take no new work this plan; each workload at risk on one is placed again as if
+deadline, or on spot under spot-if-slack with no room left for one restart before its deadline
+less the margin, is at risk there: what the placement asks of a new place. Such pools take no new work this plan; each workload at risk on one is placed again as if
 it wanted to burst, and where another place finishes it by its deadline, its planned dispatch is
 cancelled. One no place finishes in time stays: a lost deadline is not chased with a new pool
 while the late one launches on. A dispatch still planned has no copy anywhere: moving it runs
@@ -59,10 +59,13 @@ def at_risk(
             continue  # launching on time: as the plan that put it there expected
         run = runtime(w, policy)
         ready = expected_ready(pv, target, now)
-        finish = ready + run
+        # As the placement asks: a run ends by the deadline; on spot under spot-if-slack, a
+        # restart too ends by the deadline less the margin.
+        finish, due = ready + run, w.deadline
         if pv.offer.capacity == "spot" and policy.spec.placement.capacity == "spot-if-slack":
-            finish += target.provisioning + run  # the restart spot-if-slack kept room for
-        if finish > w.deadline - safety_margin(policy.spec.trigger, run):
+            finish += target.provisioning + run
+            due -= safety_margin(policy.spec.trigger, run)
+        if finish > due:
             found.append(AtRisk(w, policy, run, pv.name, ready))
     found.sort(key=lambda r: urgency(r.w, r.runtime, now))
     return found

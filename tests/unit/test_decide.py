@@ -519,10 +519,10 @@ def test_a_launch_past_its_estimate_is_not_trusted_with_a_tight_deadline() -> No
 
 def test_a_dispatch_planned_onto_a_pool_that_launches_late_is_placed_again_if_sooner() -> None:
     # As above: the aws pool created an hour ago is expected at 09:10, so w1 planned onto it
-    # would finish at 11:10, after its deadline less the 30 min margin (10:35 + 30 min). A new
-    # gcp pool finishes it at 11:08: its dispatch is cancelled first, and made again there.
-    # Nothing more goes onto the late pool meanwhile (w2 would fit in its room).
-    deadline = NOW + 2 * H + timedelta(minutes=35)
+    # would finish at 11:10, after its deadline (11:09). A new gcp pool finishes it at 11:08:
+    # its dispatch is cancelled first, and made again there. Nothing more goes onto the late
+    # pool meanwhile (w2 would fit in its room).
+    deadline = NOW + 2 * H + timedelta(minutes=9)
     late = _pool(state="creating", created=NOW - H, free_gpus=(3,))
     w1 = workload(deadline=deadline, phase="planned", planned_pool=late.name)
     w2 = workload("w2", deadline=NOW + 2 * H + timedelta(minutes=50))
@@ -545,6 +545,18 @@ def test_a_dispatch_planned_onto_a_pool_that_launches_late_is_placed_again_if_so
     )
     assert "w1" not in dispatches(plan) and dispatches(plan)["w2"].pool == fresh.name
     assert not [a for a in plan.actions if isinstance(a, CancelDispatch)]
+
+
+def test_a_late_dispatch_that_still_meets_its_deadline_there_stays() -> None:
+    # The late aws pool would end a 2 h run at 11:10, inside the 30 min margin of an 11:15
+    # deadline but before it: as a new pool is asked to, so it is not moved (a new gcp pool,
+    # 11:08, would cost a launch for nothing).
+    late = _pool(state="creating", created=NOW - H, free_gpus=(3,))
+    w1 = workload(
+        deadline=NOW + 2 * H + timedelta(minutes=15), phase="planned", planned_pool=late.name
+    )
+    snap = Snapshot(workloads=(w1,), onprem=BUSY_V100, pools=(late,))
+    assert decide.plan(snap, CATALOG, make_config(), NOW).actions == ()
 
 
 def test_a_late_dispatch_whose_deadline_no_cloud_meets_stays_where_it_is() -> None:
