@@ -217,19 +217,12 @@ class Reconciler:
         known: dict[str, str] = {
             uid: state for uid, state in s.execute(select(Workload.uid, Workload.state))
         }
-        planned_on = planned_pools(s)
-        pending = []
-        for w in self.observer.workloads():
-            state = known.get(w.uid)
-            if state in (None, "pending", "requeued"):  # requeued: its copy was lost, no spot
-                pending.append(replace(w, lost_copy=True) if state == "requeued" else w)
-            elif state == "planned":  # the plan may move it off a pool that launches late
-                pending.append(replace(w, phase="planned", planned_pool=planned_on.get(w.uid)))
-        QUEUE.set(len(pending))
         used: dict[str, list[tuple[int, datetime | None]]] = {}
-        active_pools = set()
-        for gpus, pods, runtime_s, since, name in s.execute(
+        planned_on: dict[str, str] = {}  # the pool each planned workload waits on
+        for uid, dispatch, gpus, pods, runtime_s, since, name in s.execute(
             select(
+                Workload.uid,
+                DispatchRow.state,
                 Workload.gpus_per_pod,
                 Workload.pods,
                 Workload.expected_runtime_s,
@@ -243,14 +236,23 @@ class Reconciler:
             # Expected to end a runtime after its dispatch at the soonest (unknown without one).
             end = None if runtime_s is None else since + timedelta(seconds=runtime_s)
             used.setdefault(name, []).extend([(gpus, end)] * pods)
-            active_pools.add(name)
+            if dispatch == "planned":
+                planned_on[uid] = name
+        pending = []
+        for w in self.observer.workloads():
+            state = known.get(w.uid)
+            if state in (None, "pending", "requeued"):  # requeued: its copy was lost, no spot
+                pending.append(replace(w, lost_copy=True) if state == "requeued" else w)
+            elif state == "planned":  # the plan may move it off a pool that launches late
+                pending.append(replace(w, phase="planned", planned_pool=planned_on.get(w.uid)))
+        QUEUE.set(len(pending))
         now = self.clock.now()
         # A pool with work is busy whatever its state (one grown for new work is `resizing`);
         # a ready one without is idle from the first pass that sees it so.
-        for name in active_pools:
+        for name in used:
             self.teardown.idle_since.pop(name, None)
         for name in s.scalars(select(Pool.name).where(Pool.state == "ready")):
-            if name not in active_pools:
+            if name not in used:
                 self.teardown.idle_since.setdefault(name, now)
         snapshot = Snapshot(
             taken_at=now,
@@ -330,19 +332,6 @@ def budget_views(
         BudgetView(b.name, b.scope, b.value, b.amount - ledger.used(s, b, now, rates), b.hard)
         for b in budgets
     )
-
-
-def planned_pools(s: Session) -> dict[str, str]:
-    """The pool each workload with a planned dispatch is planned onto, by workload uid."""
-    return {
-        uid: pool
-        for uid, pool in s.execute(
-            select(Workload.uid, Pool.name)
-            .join(DispatchRow, DispatchRow.workload_id == Workload.id)
-            .join(Pool, Pool.id == DispatchRow.pool_id)
-            .where(DispatchRow.state == "planned")
-        )
-    }
 
 
 def _fresh_names(s: Session, actions: Sequence[Action]) -> list[Action]:
