@@ -36,6 +36,11 @@ _ACROSS_PLANS: weakref.WeakKeyDictionary[Catalog, dict[tuple[object, ...], _Seen
 )
 
 
+def capacities(spot_ok: bool) -> tuple[CapacityType, ...]:
+    """The capacity types a run may be offered: on demand, and spot where it is allowed."""
+    return ("on-demand", "spot") if spot_ok else ("on-demand",)
+
+
 def pods_per_node(offer: Offer, w: Workload) -> int:
     fit = offer.gpus // w.gpus_per_pod
     if w.cpu_per_pod > 0:

@@ -25,6 +25,7 @@ from burst.decide.candidates import (
     allowed_accelerators,
     expected_run,
 )
+from burst.decide.candidates import capacities as allowed_capacities
 from burst.decide.caps import Caps, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
 from burst.decide.reuse import best_growth, best_reuse
@@ -132,7 +133,7 @@ class Placement:
         self, want: Want, capacities: tuple[CapacityType, ...] | None = None
     ) -> datetime | None:
         """Now + the fastest provisioning of a target with an offer for `want` + its runtime."""
-        caps = capacities or (("on-demand", "spot") if self.spot_ok(want) else ("on-demand",))
+        caps = capacities or allowed_capacities(self.spot_ok(want))
         shape = self.candidates.of(want.w, want.policy)
         key = (id(shape), caps)  # a shape is one object per kind of workload for the plan
         if key not in self._fastest:
@@ -154,7 +155,7 @@ class Placement:
         max_cost_usd = self.max_cost_usd(want)
         refusals: list[str] = []
         by_capacity = self.candidates.of(w, p)
-        capacities: tuple[CapacityType, ...] = ("on-demand", "spot") if spot_ok else ("on-demand",)
+        capacities = allowed_capacities(spot_ok)
 
         # 1. Reuse a pool with free room, unless it would keep nodes up for this workload alone
         # for longer than a pool of its own costs: small jobs in the room of big nodes kept

@@ -12,8 +12,9 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from burst.config import BurstPolicy
+from burst.decide.candidates import capacities
 from burst.decide.triggers import Want
-from burst.model import CapacityType, Workload
+from burst.model import Workload
 
 if TYPE_CHECKING:
     from burst.decide.placement import Placement
@@ -140,11 +141,10 @@ class NoRoom:
 
 def _lowest_price(placement: Placement, want: Want, spot_ok: bool) -> tuple[int, int] | None:
     """(node price per hour in USD micros, GPUs a node) of the lowest price per GPU."""
-    capacities: tuple[CapacityType, ...] = ("on-demand", "spot") if spot_ok else ("on-demand",)
     shape = placement.candidates.of(want.w, want.policy)
     prices = [
         (c.offer.hourly.micros, c.offer.gpus)
-        for capacity in capacities
+        for capacity in capacities(spot_ok)
         for found in shape[capacity].values()
         for c in found
     ]
