@@ -382,8 +382,9 @@ def leaving_anyway(
     queueing: str,
 ) -> frozenset[str]:
     """Those of a round's walk that want to burst whatever their estimate (their wait or their
-    quota sends them) and that the placement may take (`may`): they leave unestimated. Asked ahead of the
-    walk only by a best-effort run (it runs the queue at once); a strict one asks in the walk."""
+    quota sends them) and that the placement may take (`may`): they leave unestimated. Asked
+    ahead of the walk only by a best-effort run (it runs the queue at once); a strict one asks in
+    the walk."""
     if queueing != "BestEffortFIFO":
         return frozenset()
     return frozenset(
@@ -398,8 +399,8 @@ def walk_length(
 ) -> int:
     """How much of the queue a round walks: under strict FIFO, up to the last workload that may
     leave (those behind change no estimate ahead of them); under best-effort FIFO, all of it (one
-    behind may take the GPUs one ahead waits for), unless none may leave (`may`). A replay's queue under
-    spent budgets or full caps holds thousands that none may: it walks none."""
+    behind may take the GPUs one ahead waits for), unless none may leave (`may`). A replay's queue
+    under spent budgets or full caps holds thousands that none may: it walks none."""
     last = next(
         (i for i in range(len(pending) - 1, -1, -1) if may(pending[i]) is not None),
         None,  # from the back: the last is found first

@@ -4,10 +4,11 @@
 A pool's launch past its estimate is in the latency's heavy tail, and is expected to take as long
 again (existing.expected_ready). A workload planned onto it that would then finish after its
 deadline, or on spot under spot-if-slack with no room left for one restart before its deadline
-less the margin, is at risk there: what the placement asks of a new place. Such pools take no new work this plan; each workload at risk on one is placed again as if
-it wanted to burst, and where another place finishes it by its deadline, its planned dispatch is
-cancelled. One no place finishes in time stays: a lost deadline is not chased with a new pool
-while the late one launches on. A dispatch still planned has no copy anywhere: moving it runs
+less the margin, is at risk there: what the placement asks of a new place. Such pools take no
+new work this plan; each workload at risk on one is placed again as if it wanted to burst, and
+where another place finishes it by its deadline, its planned dispatch is cancelled. One no place
+finishes in time stays: a lost deadline is not chased with a new pool while the late one
+launches on. A dispatch still planned has no copy anywhere: moving it runs
 nothing twice (the service moves a row still `planned` only, service/intents.py).
 
 On realistic clouds a replay's missed deadlines with exact runtimes were such workloads: 0.9 h
