@@ -190,21 +190,25 @@ def open_existing(
     now: datetime,
 ) -> None:
     """Count every pool the cloud may still run against its policy, and open in `placement` those
-    that take work (not `deleted`, not past their lifetime)."""
+    that take work (not `deleted`); one past its lifetime takes new work only at the pool limit,
+    and only work that ends before its own (reuse.best_at_pool_limit), and goes once idle."""
     for pv in sorted(pools, key=lambda p: p.name):
         policy = policies.get(pv.policy)
         if pv.state in UP_STATES:  # its nodes run until the cloud has deleted it: it counts
             placement.pools_of_policy[pv.policy] += 1
         if pv.state not in REUSABLE_STATES or pv.name in deleted:
             continue
-        if policy and now - pv.created >= policy.spec.teardown.max_lifetime:
-            continue  # draining: past its lifetime it takes no new work, and goes once idle
         target = targets.get(pv.target)
         offer = catalog.get(pv.offer)
         hourly = pv.hourly.micros if pv.hourly else (offer.hourly.micros if offer else None)
         if target is None or hourly is None or policy is None:
             continue
-        ready_at = expected_ready(pv, target, now)
+        busy = list(pv.busy_until) if len(pv.busy_until) == pv.nodes else []
+        drains_until = None
+        if now - pv.created >= policy.spec.teardown.max_lifetime:
+            drains_until = max((b for b in busy if b is not None), default=None)
+            if drains_until is None:
+                continue  # no work known to end later: it takes none
         placement.open(
             OpenPool(
                 pv.name,
@@ -213,10 +217,11 @@ def open_existing(
                 pv.offer,
                 hourly,
                 pv.free_per_node(),
-                ready_at,
+                expected_ready(pv, target, now),
                 True,
                 pv.nodes,
                 pv.created,
-                busy=list(pv.busy_until) if len(pv.busy_until) == pv.nodes else [],
+                busy=busy,
+                drains_until=drains_until,
             )
         )

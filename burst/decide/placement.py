@@ -28,7 +28,7 @@ from burst.decide.candidates import (
 from burst.decide.candidates import capacities as allowed_capacities
 from burst.decide.caps import Caps, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
-from burst.decide.reuse import best_growth, best_reuse
+from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_reuse
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.unpriced import LateRefusals, NoRoom, at_pool_limit, kind_of
 from burst.decide.wording import Words, at, usd
@@ -55,6 +55,8 @@ class Placement:
         self.pools_by_offer: dict[tuple[str, str, OfferKey], list[OpenPool]] = defaultdict(list)
         self.pools_of_policy: dict[str, int] = defaultdict(int)
         self.policy_pools: defaultdict[str, PolicyPools] = defaultdict(lambda: PolicyPools(now))
+        # Per policy, its pools past their lifetime that still run work (reuse.best_at_pool_limit).
+        self.draining: defaultdict[str, list[OpenPool]] = defaultdict(list)
         self.dispatches: list[Dispatch] = []
         self.refused_late = LateRefusals()
         self.no_room = NoRoom()
@@ -99,6 +101,9 @@ class Placement:
         pool.seq = len(self.pools)
         pool.unavailable = pool.offer in self.unavailable
         self.pools.append(pool)
+        if pool.drains_until is not None:  # only at the pool limit, for work that ends before it
+            self.draining[pool.policy].append(pool)
+            return pool
         self.pools_by_offer[(pool.policy, pool.target.name, pool.offer)].append(pool)
         self.policy_pools[pool.policy].open(pool)
         return pool
@@ -107,7 +112,7 @@ class Placement:
         """Place `want`; None on success, else the reason it was refused. A deadline no cloud can
         meet is lost either way: then the soonest cloud finish is what counts, if it beats on-prem
         (a late job stuck in the queue for days helps nobody)."""
-        refusal = self.no_room.refusal(self, want.w, want.policy)
+        refusal = self.no_room.refusal(self, want.w, want.policy, want.runtime)
         if refusal is not None:
             return refusal  # what pricing it would end in, early or late, at no cost
         refusal = self._place(want)
@@ -236,12 +241,10 @@ class Placement:
     def _grow_at_pool_limit(
         self, want: Want, eligible: EligiblePools, max_cost_usd: int | None
     ) -> str | None:
-        """At the policy's pool limit only growing an open pool is left: the cheapest that fits."""
-        spec, tail = want.policy.spec, want.policy.spec.teardown.idle_ttl
-        max_nodes = spec.limits.max_nodes_per_pool
-        best = best_growth(
-            eligible, want.w, want.runtime, want.finish_by, tail, max_nodes, self.now
-        )
+        """At the policy's pool limit only growing an open pool is left, or failing that a pool
+        past its lifetime (reuse.best_at_pool_limit): the cheapest that fits."""
+        draining = self.draining[want.policy.metadata.name]
+        best = best_at_pool_limit(eligible, draining, want, self.now)
         if best is None:
             return at_pool_limit(want.policy)
         why = self._refusal(want, best.cost, max_cost_usd, best.pool.offer, best.pool.hourly_micros)
@@ -250,8 +253,7 @@ class Placement:
         pool = best.pool
         pool.grow(best.extra)
         pool.place(want.w, best.finish)
-        where = f"grows pool {pool.name} by {best.extra} node(s)"
-        self._dispatch(want, pool, best.cost, best.finish, where)
+        self._dispatch(want, pool, best.cost, best.finish, at_limit_words(best))
         return None
 
     def _pool_for(self, want: Want, c: Candidate) -> OpenPool:

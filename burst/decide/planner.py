@@ -236,13 +236,13 @@ class _Planner:
             settled = placed | stays
             walk = walk_length(
                 pending,
-                may_leave(self.policy_of, self.placement, settled, self.explain),
+                may_leave(self.policy_of, runtimes, self.placement, settled, self.explain),
                 self.queueing,
             )
             if not walk:
                 break
             queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
-            anyway = may_leave(self.policy_of, self.placement, settled, False)
+            anyway = may_leave(self.policy_of, runtimes, self.placement, settled, False)
             sends = leaving_anyway(pending[:walk], anyway, self.now, self.queueing)
             sweep = queue_sweep(
                 self.snapshot.onprem, self.now, self.queueing, queue, runtimes, sends
@@ -260,7 +260,7 @@ class _Planner:
                 if policy is None or uid in stays:
                     sweep.stays(w, runtime)
                     continue
-                full = room(placement, w, policy)
+                full = room(placement, w, policy, runtime)
                 if full is not None and not explain:
                     sweep.stays(w, runtime)  # it would be refused whatever sends it
                     continue
@@ -300,7 +300,7 @@ class _Planner:
                     stays.update(wanting[1].uid for wanting in wants)
                     break
                 _, w, (policy, onprem, why, worth) = heapq.heappop(wants)
-                refusal = self.placement.no_room.refusal(self.placement, w, policy)
+                refusal = self.placement.no_room.refusal(self.placement, w, policy, runtimes[w.uid])
                 if onprem is None and (refusal is None or self.explain):
                     onprem = sweep.left(w, runtimes[w.uid])  # it leaves whatever its estimate
                     why, _, worth = self._why(w, policy, onprem, sweep, runtimes[w.uid])
@@ -359,7 +359,11 @@ def claimant(policies: list[BurstPolicy], w: Workload) -> BurstPolicy | None:
 
 
 def may_leave(
-    policy_of: Mapping[str, BurstPolicy], placement: Placement, settled: set[str], explain: bool
+    policy_of: Mapping[str, BurstPolicy],
+    runtimes: Mapping[str, timedelta],
+    placement: Placement,
+    settled: set[str],
+    explain: bool,
 ) -> Callable[[Workload], BurstPolicy | None]:
     """Whether the placement may take a workload this round, whatever sends it: its policy, or
     None (unclaimed, `settled` already, or refused for room; when `explain`, every claimed
@@ -370,7 +374,7 @@ def may_leave(
         policy = policy_of.get(w.uid)
         if policy is None or w.uid in settled:
             return None
-        return policy if explain or refusal(placement, w, policy) is None else None
+        return policy if explain or refusal(placement, w, policy, runtimes[w.uid]) is None else None
 
     return may
 

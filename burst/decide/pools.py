@@ -50,6 +50,8 @@ class OpenPool:
     launch: timedelta = timedelta(0)  # how long a new node takes: the target's provisioning
     # Per node, when its known work ends (None: none); empty when the pool view did not say.
     busy: list[datetime | None] = field(default_factory=list)
+    # Past its lifetime: when the last of its known work ends (reuse.best_at_pool_limit); else None.
+    drains_until: datetime | None = None
     watchers: list[_Block] = field(default_factory=list, repr=False, compare=False)
     _slots: dict[int, int] = field(default_factory=dict)  # pods that fit now, per pod size
 

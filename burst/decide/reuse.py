@@ -28,6 +28,7 @@ from decimal import Decimal, Inexact, localcontext
 from burst.decide.candidates import expected_run
 from burst.decide.caps import node_cost
 from burst.decide.pools import EligiblePools, OpenPool
+from burst.decide.triggers import Want
 from burst.model import Workload
 
 # A cost's float and Decimal roundings are below a part in 2^52 of it, and pools sorted by a float
@@ -229,3 +230,44 @@ def best_growth(
         if full:
             block.drop_full(max_nodes)
     return best
+
+
+def best_at_pool_limit(
+    eligible: EligiblePools,
+    draining: list[OpenPool],
+    want: Want,
+    now: datetime,
+) -> Choice | None:
+    """At the pool limit: the cheapest open pool to grow for `want` (whole nodes for the launch,
+    the run and the policy's idle TTL, within its node limit); failing that, the cheapest of the
+    `draining` pools, past their lifetime, that takes it as it is or grown, with its run there
+    ending before the last of the work the pool drains. That keeps no pool up longer than its
+    work does, and the pool's slot is held meanwhile anyway: on Philly, 56 of a policy's 64
+    pools were past their lifetime, each held by one long job on one or two nodes, while a
+    thousand one-GPU jobs waited."""
+    w, runtime, finish_by = want.w, want.runtime, want.finish_by
+    spec = want.policy.spec
+    tail, max_nodes = spec.teardown.idle_ttl, spec.limits.max_nodes_per_pool
+    best = best_growth(eligible, w, runtime, finish_by, tail, max_nodes, now)
+    if best is not None:
+        return best
+    for pool in draining:
+        until = pool.drains_until
+        if until is None or until <= now or not eligible.admits(pool):
+            continue
+        by = until if finish_by is None else min(until, finish_by)
+        choice = _reuse_one(pool, w, runtime, by, now)
+        if choice is None:
+            choice = _grow_one(pool, w, runtime, by, tail, max_nodes, now)
+        best = _better(choice, best)
+    return best
+
+
+def at_limit_words(choice: Choice) -> str:
+    """Where a workload placed at the pool limit goes, in words."""
+    pool = choice.pool
+    where = f"grows pool {pool.name} by {choice.extra} node(s)"
+    if pool.drains_until is None:
+        return where
+    where = where if choice.extra else f"reuses pool {pool.name}"
+    return f"{where}, past its lifetime: the run ends before the work it drains"

@@ -7,8 +7,9 @@ budgets holds thousands that each plan would otherwise price only to refuse.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from fractions import Fraction
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from burst.config import BurstPolicy
@@ -104,19 +105,26 @@ class LateRefusals:
 class NoRoom:
     """The refusal any placement of a workload gets while its policy has no room for it at all:
     at its pool limit, with no pool that holds it now or could grow to within its node limit
-    (deadlines and kinds of GPU aside). Known per policy and pod shape until the placement next
-    takes room. A Philly replay with config/ held thousands waiting at the limit, each priced on
-    every pass only to be refused so, even after the last room was taken."""
+    (deadlines and kinds of GPU aside), but for pools past their lifetime, which take only runs
+    that end before their own work (reuse.best_at_pool_limit). Known per policy and pod shape until
+    the placement next takes room, with the latest such end. A Philly replay with config/ held
+    thousands waiting at the limit, each priced on every pass only to be refused so, even after
+    the last room was taken."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], str | None] = {}
+        self._known: dict[tuple[str, int, int], tuple[str | None, datetime | None]] = {}
         self._full: dict[str, bool] = {}
 
-    def refusal(self, placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
+    def refusal(
+        self, placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
+    ) -> str | None:
         key = (policy.metadata.name, w.gpus_per_pod, w.pods)
         if key not in self._known:
             self._known[key] = _no_room(placement, w, policy)
-        return self._known[key]
+        refusal, drained_by = self._known[key]
+        if drained_by is not None and placement.now + runtime <= drained_by:
+            return None  # a pool past its lifetime may take it
+        return refusal
 
     def full(self, placement: Placement, policy: BurstPolicy) -> bool:
         """Whether the policy has no room for any workload: at its pool limit, no GPU free on any
@@ -128,7 +136,7 @@ class NoRoom:
             limits = policy.spec.limits
             self._full[name] = placement.pools_of_policy[name] >= limits.max_pools and all(
                 pool.free_max == 0 and (pool.unavailable or pool.nodes >= limits.max_nodes_per_pool)
-                for pool in placement.policy_pools[name].opened
+                for pool in chain(placement.policy_pools[name].opened, placement.draining[name])
             )
         return self._full[name]
 
@@ -155,16 +163,23 @@ def _lowest_price(placement: Placement, want: Want, spot_ok: bool) -> tuple[int,
     return min(prices, key=lambda price: Fraction(*price), default=None)
 
 
-def _no_room(placement: Placement, w: Workload, policy: BurstPolicy) -> str | None:
+def _no_room(
+    placement: Placement, w: Workload, policy: BurstPolicy
+) -> tuple[str | None, datetime | None]:
+    """The refusal for no room (None: there may be room), and the latest end of the work of a
+    pool past its lifetime that could hold `w`, as it is or grown (None: none could)."""
     limits, name = policy.spec.limits, policy.metadata.name
     if placement.pools_of_policy[name] < limits.max_pools:
-        return None
-    for pool in placement.policy_pools[name].opened:
+        return None, None
+    drained_by: datetime | None = None
+    for pool in chain(placement.policy_pools[name].opened, placement.draining[name]):
         extra = pool.extra_nodes_for(w)
         if extra == 0 or (
             extra is not None
             and pool.nodes + extra <= limits.max_nodes_per_pool
             and not pool.unavailable
         ):
-            return None
-    return at_pool_limit(policy)
+            if pool.drains_until is None:
+                return None, None
+            drained_by = max(pool.drains_until, drained_by or pool.drains_until)
+    return at_pool_limit(policy), drained_by

@@ -20,7 +20,8 @@ price cap) under its limits as burst is: at most `maxPools` pools of at most `ma
 nodes, no job over `maxCostPerJob`, and no new work for a pool past `maxLifetime`. They reuse a
 pool of the same offer that has room, open a pool while under the pool cap, and at the cap take
 room in or grow a pool of any offer that suits the job, cheapest first, as the cluster
-autoscaler's price expander grows a node group up to its maximum size; a job no pool can take
+autoscaler's price expander grows a node group up to its maximum size, and failing that, as
+burst does, one past its lifetime whose work ends after the job would; a job no pool can take
 waits for the next decision. They let a pool go once it has been idle for the policy's idle
 TTL, or is idle past its lifetime. Budgets bind burst alone: they count reservations and charges
 in the service's ledger, which a baseline has not. They answer with the actions decide.plan
@@ -97,7 +98,10 @@ class Waiting:
         # are within the per-job cost cap. Both are fixed once the job has arrived (the runtime
         # told is fixed then), and were worked out again for every waiting job on every decision.
         self._world: World | None = None
-        self._waits: dict[int, tuple[float, int]] = {}
+        self._waits: dict[int, tuple[float, int, int]] = {}
+        # Of the decision under way, the pools past their lifetime that run work, by offer: each
+        # one's GPUs free per node and when the last of its work is expected to end.
+        self._late: dict[OfferKey, dict[str, tuple[list[int], float]]] = {}
 
     def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return job.submit + self.wait(job, runtime)
@@ -153,7 +157,21 @@ class Waiting:
         for name, p in world.pools.items():
             if name not in draining:
                 sizes.setdefault(p.offer, {})[name] = len(p.alive)
-        if not room and self._pools >= self._max_pools and self._full(sizes):
+        # At the cap, a pool past its lifetime takes a job that ends before its work does, as
+        # burst's (decide/reuse.py, best_at_pool_limit).
+        self._late = {}
+        for v in world.pool_views():
+            if v.name in draining and v.name not in gone:
+                work_ends = [b for b in v.busy_until if b is not None]
+                if work_ends:
+                    until = (max(work_ends) - world.dt(0)).total_seconds()
+                    self._late.setdefault(v.offer, {})[v.name] = (v.free_per_node(), until)
+        late_room = any(
+            max(free, default=0) or len(free) < self._max_nodes
+            for pools in self._late.values()
+            for free, _ in pools.values()
+        )
+        if not room and self._pools >= self._max_pools and self._full(sizes) and not late_room:
             # No pool has a GPU free, none may be opened and none may grow: every waiting job
             # would be refused (a replay under config/'s caps decides so for hours at a time,
             # over thousands waiting).
@@ -164,20 +182,23 @@ class Waiting:
         # At the pool cap, the most offers (cheapest first) a pod shape has found no pool among:
         # one of that shape with as many or fewer finds none either, until a pool grows (the
         # new nodes may have GPUs left over; otherwise room only shrinks within a decision).
-        refused: dict[tuple[int, int, str | None], int] = {}
+        # With pools past their lifetime, a job that runs no shorter is refused too.
+        refused: dict[tuple[int, int, str | None], tuple[int, int]] = {}
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
             spec = job.spec
             known = waits.get(i)
             if known is None:
-                known = waits[i] = (self.wait(spec, runtime_told(world, i)), self._within(i, world))
-            wait, within = known
+                told = runtime_told(world, i)
+                known = waits[i] = (self.wait(spec, told), self._within(i, world), told)
+            wait, within, told = known
             capped = self.queue_cap is not None and place >= self.queue_cap
             if job.planned_pool is not None or not (world.now - spec.submit >= wait or capped):
                 continue
             every, _ = self._choices(spec, world.asks[i])
             shape = (spec.gpus_per_pod, spec.pods, world.asks[i])
-            if within <= refused.get(shape, -1):
+            before = refused.get(shape)
+            if before is not None and within <= before[0] and told >= before[1]:
                 continue
             choices = every[:within]
             # The cheapest offer: a pool of it with room, else a new one while under the pool
@@ -185,7 +206,8 @@ class Waiting:
             # one that can grow (the autoscaler's price expander over its node groups).
             for k, choice in enumerate(choices):
                 asked = len(actions)
-                found = self._pool(choice, spec, room, sizes, actions, new=k == 0)
+                ends = world.now + told
+                found = self._pool(choice, spec, room, sizes, actions, ends, new=k == 0)
                 if found is not None:
                     if len(actions) > asked and isinstance(actions[-1], ResizePool):
                         refused.clear()
@@ -201,8 +223,30 @@ class Waiting:
                     )
                     break
             else:
-                refused[shape] = max(refused.get(shape, -1), len(choices))
+                now_refused = (len(choices), told if self._late else 0)
+                if before is None or (now_refused[0] >= before[0] and now_refused[1] <= before[1]):
+                    refused[shape] = now_refused
         return actions
+
+    def _late_pool(
+        self, choice: _Choice, spec: SimJob, actions: list[Action], ends: float
+    ) -> str | None:
+        """A pool of the choice's offer past its lifetime, with work that ends after `ends`, that
+        holds the job as it is or grown within the node cap; its room taken."""
+        offer = choice.offer
+        for name, (free, until) in self._late.get(offer.key, {}).items():
+            if ends > until:
+                continue
+            if first_fit(free, spec.gpus_per_pod, spec.pods) is None:
+                if len(free) + choice.nodes > self._max_nodes:
+                    continue
+                free.extend([offer.gpus] * choice.nodes)
+                cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
+                actions.append(ResizePool(name, len(free), "waited long enough", cost))
+            for k in first_fit(free, spec.gpus_per_pod, spec.pods) or []:
+                free[k] -= spec.gpus_per_pod
+            return name
+        return None
 
     def _within(self, i: int, world: World) -> int:
         """How many of job i's offers, the cheapest first, are within the per-job cost cap."""
@@ -224,12 +268,14 @@ class Waiting:
         room: dict[OfferKey, dict[str, list[int]]],
         sizes: dict[OfferKey, dict[str, int]],
         actions: list[Action],
+        ends: float,
         *,
         new: bool,
     ) -> str | None:
         """A pool of the choice's offer for the job, with its pods' GPUs taken from its room: one
         with room now, else (`new`) a new pool under the pool cap, else one grown within the
-        node cap; None when the caps leave none."""
+        node cap, else one past its lifetime whose work ends after `ends` (the job's expected end)
+        as it is or grown; None when the caps leave none."""
         offer = choice.offer
         same, nodes = room.setdefault(offer.key, {}), sizes.setdefault(offer.key, {})
         cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
@@ -261,7 +307,7 @@ class Waiting:
         elif pool is None and self._pools >= self._max_pools:
             pool = next((n for n, k in nodes.items() if k + choice.nodes <= self._max_nodes), None)
             if pool is None:
-                return None
+                return self._late_pool(choice, spec, actions, ends)
             nodes[pool] += choice.nodes
             actions.append(ResizePool(pool, nodes[pool], "waited long enough", cost))
             same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)

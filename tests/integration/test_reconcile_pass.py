@@ -68,6 +68,50 @@ def reconciling(
         engine.dispose()
 
 
+MINUTE = timedelta(minutes=1)
+
+
+def _dispatched(
+    s: Session,
+    pool: Pool,
+    uid: str,
+    name: str,
+    state: str,
+    at: datetime,
+    runtime_s: int | None = None,
+) -> None:
+    """A one-GPU workload of cms-ml and its dispatch onto `pool` (added too), `state` since `at`."""
+    work = Workload(
+        uid=uid,
+        kind="Job",
+        namespace="cms-ml",
+        name=name,
+        team="cms-ml",
+        gpus_per_pod=1,
+        state=state,
+        expected_runtime_s=runtime_s,
+        created_at=at,
+        updated_at=at,
+    )
+    s.add_all([pool, work])
+    s.flush()
+    s.add(
+        Dispatch(
+            workload_id=work.id,
+            pool_id=pool.id,
+            attempt=1,
+            target=pool.target,
+            remote_namespace="",
+            remote_name=f"planned-{uid}-1",
+            state=state,
+            epoch=1,
+            created_at=at,
+            updated_at=at,
+        )
+    )
+    s.commit()
+
+
 def one_pass(kube: Any, tmp_path: Path, settings: SimSettings) -> list[tuple[str, str, OfferKey]]:
     """Run one pass; returns the pools it asked for: (state, reason, offer)."""
     tmp_path.mkdir()
@@ -152,34 +196,8 @@ def test_a_dispatch_is_moved_only_while_it_is_still_planned(
         (job,) = reconciler.observer.workloads()
         with sessions() as s:
             late, other = pool_row(name="late", state="creating"), pool_row(name="other")
-            work = Workload(
-                uid=job.uid,
-                kind="Job",
-                namespace="cms-ml",
-                name="moved",
-                team="cms-ml",
-                gpus_per_pod=1,
-                state=state,
-                created_at=NOW,
-                updated_at=NOW,
-            )
-            s.add_all([late, other, work])
-            s.flush()
-            s.add(
-                Dispatch(
-                    workload_id=work.id,
-                    pool_id=late.id,
-                    attempt=1,
-                    target="aws-eu",
-                    remote_namespace="",
-                    remote_name=f"planned-{job.uid}-1",
-                    state=state,
-                    epoch=1,
-                    created_at=NOW,
-                    updated_at=NOW,
-                )
-            )
-            s.commit()
+            s.add(other)
+            _dispatched(s, late, job.uid, "moved", state, NOW)
             moved = Plan(
                 (
                     CancelDispatch(job.uid, "late", "placed again: its pool late is late"),
@@ -195,6 +213,51 @@ def test_a_dispatch_is_moved_only_while_it_is_still_planned(
         assert [tuple(r) for r in rows] == [("late", "cancelled"), ("other", "planned")]
     else:
         assert [tuple(r) for r in rows] == [("late", "dispatched")]
+
+
+@pytest.mark.parametrize("told", [True, False])
+def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_a_run_that_ends_before_its_own(
+    kube: Any, tmp_path: Path, told: bool
+) -> None:
+    """One pool allowed, and it is past its 10-minute lifetime with 3 of its 4 V100 free: a job
+    on it was dispatched 10 minutes ago and told it runs an hour. The pass plans a new 5 s job
+    into the free room, since it ends before that one does: the pool stays up no longer. With
+    no runtime known for the job on it, the pool's end is not known, and it takes nothing."""
+    policy = CFG.policies["demo-training"]
+    limits = policy.spec.limits.model_copy(update={"max_pools": 1})
+    one_pool = policy.model_copy(update={"spec": policy.spec.model_copy(update={"limits": limits})})
+    cfg = replace(CFG, policies={**CFG.policies, "demo-training": one_pool})
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.batch.create_namespaced_job(
+        "cms-ml", job_manifest("short", 1, deadline="1h", seconds=5), _preload_content=False
+    )
+    clock = FakeClock(NOW)
+    with (
+        reconciling(kube, tmp_path, cfg, clock, SimSettings()) as (reconciler, sessions),
+        sessions() as s,
+    ):
+        old = pool_row(
+            name="old",
+            target="sim-aws",
+            provider="sim",
+            region="eu-central-1",
+            instance_type="p3.8xlarge",
+            gpus_per_node=4,
+            unit_price_micros=15_290_000,
+            policy="demo-training",
+            state="ready",
+            created_at=NOW - timedelta(hours=1),
+        )
+        runtime_s = 3600 if told else None
+        _dispatched(s, old, "long", "long", "dispatched", NOW - 10 * MINUTE, runtime_s)
+        plan = reconciler._plan(s, ())
+    placed = [a for a in plan.actions if isinstance(a, DispatchAction)]
+    if told:
+        (dispatch,) = placed
+        assert dispatch.pool == "old" and "past its lifetime" in dispatch.reason
+    else:
+        assert not placed and "max 1 pools reached" in plan.skips[0].reason
 
 
 def test_no_plan_before_the_watch_has_listed_everything(kube: Any, tmp_path: Path) -> None:

@@ -744,6 +744,45 @@ def test_a_pool_past_its_lifetime_drains_its_work_and_takes_no_more() -> None:
     assert dispatch.pool != "old"
 
 
+def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_work_that_ends_before_its_own() -> None:
+    # maxPools 1, and the one pool is past its lifetime: one node of 4 V100 with 1 free, its run
+    # ending in 10 h. A 2 h job takes its free GPU: it ends before that run does and so keeps the
+    # pool up no longer, while the pool's slot is held anyway. A 12 h job would keep it up 2 h
+    # more: refused at the limit. Under the limit the old pool takes no new work at all.
+    cfg = make_config(
+        ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))
+    )
+    old = _pool("old", created=NOW - 25 * H, free_gpus=(1,), busy_until=(NOW + 10 * H,))
+    short = workload("short", deadline=NOW + 3 * H)
+    long = workload("long", deadline=NOW + 13 * H, expected_runtime=12 * H)
+    plan = decide.plan(
+        Snapshot(workloads=(short,), onprem=BUSY_V100, pools=(old,)), CATALOG, cfg, NOW
+    )
+    assert dispatches(plan)["short"].pool == "old"
+    assert "reuses pool old, past its lifetime: the run ends before the work it drains" in (
+        dispatches(plan)["short"].reason
+    )
+    plan = decide.plan(
+        Snapshot(workloads=(long,), onprem=BUSY_V100, pools=(old,)), CATALOG, cfg, NOW
+    )
+    assert not dispatches(plan) and "policy ml: max 1 pools reached" in skip_reason(plan, "long")
+    # Full, it grows by a node for the short job, and the plan says so.
+    full = replace(old, free_gpus=(0,))
+    plan = decide.plan(
+        Snapshot(workloads=(short,), onprem=BUSY_V100, pools=(full,)), CATALOG, cfg, NOW
+    )
+    (resize,) = [a for a in plan.actions if isinstance(a, ResizePool)]
+    assert (resize.pool, resize.nodes, dispatches(plan)["short"].pool) == ("old", 2, "old")
+    # With room for a second pool, the short job gets a new one.
+    roomy = make_config(
+        ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 2}))
+    )
+    plan = decide.plan(
+        Snapshot(workloads=(short,), onprem=BUSY_V100, pools=(old,)), CATALOG, roomy, NOW
+    )
+    assert dispatches(plan)["short"].pool != "old"
+
+
 def test_a_burst_ahead_in_the_queue_lets_the_next_one_stay() -> None:
     # 8 V100 busy for 2 h. `first` (8 GPUs, 3 h) cannot make its 4 h deadline and bursts;
     # `second` (8 GPUs, 3 h, deadline 6 h) then starts at 2 h and finishes at 5 h: on time.

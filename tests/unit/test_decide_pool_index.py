@@ -22,7 +22,7 @@ from burst import decide
 from burst.amounts import Money
 from burst.cloud import catalog
 from burst.config import Config
-from burst.decide import placement
+from burst.decide import placement, reuse
 from burst.decide.candidates import expected_run
 from burst.decide.caps import node_cost
 from burst.decide.pools import EligiblePools
@@ -215,7 +215,7 @@ def random_snapshot(rng: random.Random) -> Snapshot:
 def scanned_plan(snap: Snapshot, cfg: Config, monkeypatch: pytest.MonkeyPatch) -> Plan:
     with monkeypatch.context() as patch:
         patch.setattr(placement, "best_reuse", scan_reuse)
-        patch.setattr(placement, "best_growth", scan_growth)
+        patch.setattr(reuse, "best_growth", scan_growth)
         return decide.plan(snap, CATALOG, cfg, NOW)
 
 

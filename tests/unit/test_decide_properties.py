@@ -6,6 +6,7 @@ catalog (one generated snapshot serves all properties: generating is the slow pa
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -19,6 +20,7 @@ from burst import decide
 from burst.amounts import Money
 from burst.cloud import catalog
 from burst.config import Config
+from burst.decide.existing import UP_STATES
 from burst.decide.onprem import estimate_all
 from burst.decide.placement import Placement
 from burst.decide.triggers import Want
@@ -145,6 +147,8 @@ def pools(draw: st.DrawFn, name: str) -> PoolView:
         state=draw(st.sampled_from(["ready", "creating"])),
         created=NOW - draw(minutes),
         free_gpus=free,
+        # When each node's known work ends: what a pool past its lifetime drains.
+        busy_until=tuple(draw(st.none() | minutes.map(lambda d: NOW + d)) for _ in range(nodes)),
         # Idle for long, or for less than the TTLs (5m, 10m, 30m): those the next arrival decides.
         idle_since=draw(
             st.none()
@@ -329,7 +333,8 @@ def refusals_for_no_room_are_what_pricing_gives(snap: Snapshot, cfg: Config, pla
 
     def priced_too(self: Placement, want: Want) -> str | None:
         refusal = place(self, want)
-        if refusal is not None and self.no_room.refusal(self, want.w, want.policy) == refusal:
+        no_room = self.no_room.refusal(self, want.w, want.policy, want.runtime)
+        if refusal is not None and no_room == refusal:
             assert self._place(replace(want, finish_by=None)) == refusal
         return refusal
 
@@ -412,7 +417,29 @@ def a_dispatch_moved_off_a_late_pool_is_cancelled_first_and_made_again_elsewhere
         assert any(isinstance(a, CancelDispatch) and a.workload == uid for a in plan.actions)
 
 
+def a_pool_past_its_lifetime_takes_work_at_the_limit_that_ends_before_its_own(
+    snap: Snapshot, cfg: Config, plan: Plan
+) -> None:
+    """A pool past its lifetime is given work only while its policy is at its pool limit, and only
+    work expected to end by the last of the work it runs: it is kept up no longer for it."""
+    by_name = {p.name: p for p in snap.pools}
+    created = Counter(a.policy for a in plan.actions if isinstance(a, CreatePool))
+    for a in plan.actions:
+        pv = by_name.get(a.pool) if isinstance(a, Dispatch) else None
+        if pv is None or pv.policy not in cfg.policies:
+            continue
+        policy = cfg.policies[pv.policy]
+        if NOW - pv.created < policy.spec.teardown.max_lifetime:
+            continue
+        assert isinstance(a, Dispatch)
+        ends = [b for b in pv.busy_until if b is not None]
+        assert ends and a.estimated_finish <= max(ends)
+        up = sum(1 for p in snap.pools if p.policy == pv.policy and p.state in UP_STATES)
+        assert up + created[pv.policy] >= policy.spec.limits.max_pools
+
+
 PROPERTIES = [
+    a_pool_past_its_lifetime_takes_work_at_the_limit_that_ends_before_its_own,
     a_dispatch_moved_off_a_late_pool_is_cancelled_first_and_made_again_elsewhere,
     a_pool_deleted_is_deleted_once_and_given_no_work,
     no_plan_exceeds_a_hard_budget,
@@ -455,6 +482,10 @@ def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         state=draw(st.sampled_from(["ready", "creating"])),
         created=NOW - draw(minutes),
         free_gpus=tuple(draw(st.sampled_from([0, 1, 1])) for _ in range(nodes)),
+        # Past its lifetime (24 h) for some: the work it drains ends within a few hours or none.
+        busy_until=tuple(
+            draw(st.none() | st.integers(0, 360).map(lambda m: NOW + M * m)) for _ in range(nodes)
+        ),
     )
     ws = tuple(
         Workload(

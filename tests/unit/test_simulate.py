@@ -200,14 +200,20 @@ def test_at_the_pool_cap_a_baseline_takes_any_offer_that_suits_the_job() -> None
     assert sorted(len(p.nodes) for p in world.pool_list) == [1, 1, 1, 2]
 
 
-def test_a_baseline_pool_past_its_lifetime_takes_no_new_work() -> None:
-    # The policy's max lifetime is 24 h: four 8-GPU runs of 25 h hold the 4 pools, and a job
-    # queued a day later grows none of them; it waits until they end and go, and then has a
-    # pool of its own.
+def test_a_baseline_pool_past_its_lifetime_takes_only_work_that_ends_before_its_own() -> None:
+    # The policy's max lifetime is 24 h: four 8-GPU runs of 25 h hold the 4 pools. At the pool
+    # cap, a job queued a day later that ends before them grows one of them, as burst's would
+    # (it keeps no pool up longer); one that would end after them grows none: it waits until
+    # they end and go, and then has a pool of its own.
     hog = job("hog", 0, 48 * 3600, 8, 10**7)
     long_runs = [job(f"l{k}", 10, 25 * 3600, 8, 10**7) for k in range(4)]
-    late = job("late", 24 * 3600 + 100, 3600, 8, 10**7)
-    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *long_runs, late])
+    short = job("late", 24 * 3600 + 100, 1800, 8, 10**7)
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *long_runs, short])
+    assert sorted(len(p.nodes) for p in world.pool_list) == [1, 1, 1, 2]
+    started = world.jobs[5].started
+    assert out.burst_jobs == 5 and started is not None and started < 25 * 3600
+    long = replace(short, duration=3 * 3600)
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *long_runs, long])
     assert [len(p.nodes) for p in world.pool_list] == [1] * 5 and out.burst_jobs == 5
     started = world.jobs[5].started
     assert started is not None and started > 25 * 3600
