@@ -156,9 +156,10 @@ def _lowest_price(placement: Placement, want: Want, spot_ok: bool) -> tuple[int,
         for found in shape[capacity].values()
         for c in found
     ]
+    name = want.policy.metadata.name
     prices += [
         (p.hourly_micros, p.offer.gpus)
-        for p in placement.policy_pools[want.policy.metadata.name].opened
+        for p in chain(placement.policy_pools[name].opened, placement.draining[name])
     ]
     return min(prices, key=lambda price: Fraction(*price), default=None)
 

@@ -783,6 +783,28 @@ def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_work_that_ends_before_
     assert dispatches(plan)["short"].pool != "old"
 
 
+def test_a_late_run_is_not_refused_unpriced_for_a_budget_a_pool_past_its_lifetime_fits() -> None:
+    # One pool allowed, past its lifetime, its nodes reserved at 0.10 USD an hour. The job's
+    # deadline is lost whatever runs it, so it is tried late; its team has 0.50 USD of a hard
+    # budget left, too little for any new run (the cheapest V100 costs more an hour) but enough
+    # for a GPU of the old pool for 2 h: the lowest price a late run could pay is that pool's.
+    cfg = make_config(
+        ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))
+    )
+    old = _pool(
+        "old",
+        created=NOW - 25 * H,
+        free_gpus=(1,),
+        busy_until=(NOW + 10 * H,),
+        hourly=Money.of("0.10", "USD"),
+    )
+    lost = workload("lost", deadline=NOW + H)
+    budgets = (BudgetView("ml-team", "team", "ml", Money.of("0.50", "USD"), hard=True),)
+    snap = Snapshot(workloads=(lost,), onprem=BUSY_V100, pools=(old,), budgets=budgets)
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    assert dispatches(plan)["lost"].pool == "old"
+
+
 def test_a_burst_ahead_in_the_queue_lets_the_next_one_stay() -> None:
     # 8 V100 busy for 2 h. `first` (8 GPUs, 3 h) cannot make its 4 h deadline and bursts;
     # `second` (8 GPUs, 3 h, deadline 6 h) then starts at 2 h and finishes at 5 h: on time.

@@ -93,6 +93,8 @@ CONFIGS = [
 
 M = timedelta(minutes=1)
 minutes = st.integers(min_value=0, max_value=48 * 60).map(lambda m: timedelta(minutes=m))
+# A node's price per hour as a pool's dispatches reserved it: often below the catalog's.
+prices = st.integers(1, 400).map(lambda c: Money.of(Decimal(c) / 10, "USD"))
 
 
 @st.composite
@@ -147,6 +149,8 @@ def pools(draw: st.DrawFn, name: str) -> PoolView:
         state=draw(st.sampled_from(["ready", "creating"])),
         created=NOW - draw(minutes),
         free_gpus=free,
+        # The price its dispatches reserved, or none known (then the catalog's).
+        hourly=draw(st.none() | prices),
         # When each node's known work ends: what a pool past its lifetime drains.
         busy_until=tuple(draw(st.none() | minutes.map(lambda d: NOW + d)) for _ in range(nodes)),
         # Idle for long, or for less than the TTLs (5m, 10m, 30m): those the next arrival decides.
@@ -482,6 +486,7 @@ def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
         state=draw(st.sampled_from(["ready", "creating"])),
         created=NOW - draw(minutes),
         free_gpus=tuple(draw(st.sampled_from([0, 1, 1])) for _ in range(nodes)),
+        hourly=draw(st.none() | prices),
         # Past its lifetime (24 h) for some: the work it drains ends within a few hours or none.
         busy_until=tuple(
             draw(st.none() | st.integers(0, 360).map(lambda m: NOW + M * m)) for _ in range(nodes)
