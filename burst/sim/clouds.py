@@ -152,6 +152,8 @@ class CloudPools(OnPremQueue):
         job.state, job.finished, job.ran_in_cloud = "done", self.now, True
         self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         self._charge(i, pool)
+        if self.waiting:  # its room may take a job that waits (the service plans every pass)
+            self.decide_at(self.now)
 
     def _release(self, pool: Pool, i: int) -> None:
         job = self.jobs[i]

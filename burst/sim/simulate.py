@@ -5,13 +5,15 @@ simulated clouds, and measure what it costs and how long jobs take.
 simulation, on the state of state.py, the on-prem queue of queue.py (strict FIFO per GPU product,
 the queue decide/onprem.py estimates) and the clouds of clouds.py. A policy is asked what to do at
 decision ticks, on the ServiceConfig's reconcile interval, after a change that can call for a
-decision: a job that has to queue arrives, a launch fails, a node is lost, a pool has been idle for
-its TTL, or a timer the policy asked for is due (jobs ending and nodes coming up do not: with exact
-runtimes they only make estimates better). It sees the queue and the pools through views.py, kept
-across decisions rather than rebuilt for each, and answers with the actions of model.py: `Burst`
-builds the Snapshot the service would and calls the same `decide.plan`; the baselines
-(baselines.py) answer with the same action types. A launch refused for capacity backs its offer off and the policy
-is asked again at once, as the reconcile loop does. Everything random comes from one seed.
+decision: a job that has to queue arrives, a job ends in a cloud while others wait (its room may
+take one: at the pool cap it is the only room), a launch fails, a node is lost, a pool has been
+idle for its TTL, or a timer the policy asked for is due (jobs ending on-prem and nodes coming up
+do not: with exact runtimes they only make estimates better). It sees the queue and the pools
+through views.py, kept across decisions rather than rebuilt for each, and answers with the
+actions of model.py: `Burst` builds the Snapshot the service would and calls the same
+`decide.plan`; the baselines (baselines.py) answer with the same action types. A launch refused
+for capacity backs its offer off and the policy is asked again at once, as the reconcile loop
+does. Everything random comes from one seed.
 A job runs for the trace's duration, as long in a cloud as on-prem; every policy is told the same
 runtime for it (`--runtimes`: that duration, a user's guess, a learned estimate or the default).
 """

@@ -219,6 +219,22 @@ def test_a_baseline_pool_past_its_lifetime_takes_only_work_that_ends_before_its_
     assert started is not None and started > 25 * 3600
 
 
+def test_a_job_refused_at_the_pool_cap_takes_the_room_a_cloud_job_leaves_at_the_next_tick() -> None:
+    # One pool of one node allowed. `a` (8 GPUs, 1 h) has it from 330 s to 3,930 s; `b` comes at
+    # 20 s and is refused at the cap. When `a` ends, the service's next pass would plan `b` into
+    # the node it left: so does the replay, at the tick `a` ends on (the reconcile interval is
+    # 30 s), not at the pool's idle check a TTL (10 minutes) later.
+    limits = POLICY.spec.limits.model_copy(update={"max_pools": 1, "max_nodes_per_pool": 1})
+    tight = POLICY.model_copy(update={"spec": POLICY.spec.model_copy(update={"limits": limits})})
+    cfg = replace(CFG, policies={**CFG.policies, POLICY.metadata.name: tight})
+    hog = job("hog", 0, 48 * 3600, 8, 10**7)
+    a, b = job("a", 10, 3600, 8, 10**7), job("b", 20, 3600, 8, 10**7)
+    world = simulate.World([hog, a, b], {"V100": 8}, cfg, OFFERS, seed=1, clouds=STEADY)
+    out = world.run(baselines.no_wait(cfg, tight, OFFERS))
+    assert out.burst_jobs == 2 and len(world.pool_list) == 1
+    assert (world.jobs[1].started, world.jobs[2].started) == (330, 3930)
+
+
 def test_a_baseline_sends_no_job_over_the_per_job_cost_cap() -> None:
     # Its cheapest run costs more than the policy's 500 CHF: it waits for on-prem.
     hog = job("hog", 0, 24 * 3600, 8, 10**6)
