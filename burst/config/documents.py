@@ -421,6 +421,8 @@ class TeardownSpec(Strict):
     # be up (decide/existing.py, expected_gap).
     idle_ttl: Duration = timedelta(minutes=10)
     idle_ttl_choice: Literal["fixed", "next-arrival"] = "fixed"
+    # A pool this old drains: it goes once nothing runs on it, and takes no new work but, at
+    # maxPools, work expected to end before its own (decide/reuse.py, best_at_pool_limit).
     max_lifetime: Duration = timedelta(hours=24)
 
 
