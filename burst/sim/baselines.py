@@ -204,9 +204,9 @@ class Waiting:
             # The cheapest offer: a pool of it with room, else a new one while under the pool
             # cap; at the cap, each offer in turn, cheapest first: a pool of it with room, or
             # one that can grow (the autoscaler's price expander over its node groups).
+            ends = world.now + told
             for k, choice in enumerate(choices):
                 asked = len(actions)
-                ends = world.now + told
                 found = self._pool(choice, spec, room, sizes, actions, ends, new=k == 0)
                 if found is not None:
                     if len(actions) > asked and isinstance(actions[-1], ResizePool):
