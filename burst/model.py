@@ -73,6 +73,10 @@ WorkloadKind = Literal["Job", "PyTorchJob"]
 WorkloadPhase = Literal["pending", "planned", "started"]
 
 
+# Where a runtime came from when nothing was declared or learned (the API's runtime_source).
+DEFAULT_RUNTIME_SOURCE = "the policy's default"
+
+
 @dataclass(frozen=True)
 class Workload:
     """A local Job or PyTorchJob as the decision sees it.
@@ -97,6 +101,7 @@ class Workload:
     deadline: datetime | None = None
     expected_runtime: timedelta | None = None
     # "declared", or where a learned estimate came from; "" when the policy's default applies
+    # (stored as DEFAULT_RUNTIME_SOURCE with the dispatch)
     runtime_source: str = ""
     max_cost: Money | None = None
     priority: int = 0

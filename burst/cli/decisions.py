@@ -94,7 +94,7 @@ def _plan_alone(
     from burst.cloud import catalog
     from burst.durations import format_duration
     from burst.kube.shapes import workload_shape
-    from burst.model import Dispatch, Snapshot, Workload
+    from burst.model import DEFAULT_RUNTIME_SOURCE, Dispatch, Snapshot, Workload
 
     shaped = workload_shape(obj)
     if shaped is None or cfg.service is None:
@@ -135,7 +135,7 @@ def _plan_alone(
         "runtime": format_duration(used),
         # `burst explain` reads a manifest, not the cluster's history: the service's API shows
         # the estimates it learned
-        "runtime_source": "declared" if said.expected_runtime else "the policy's default",
+        "runtime_source": "declared" if said.expected_runtime else DEFAULT_RUNTIME_SOURCE,
     }, None
 
 

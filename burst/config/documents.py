@@ -416,13 +416,11 @@ class Limits(Strict):
 
 
 class TeardownSpec(Strict):
-    # How long a pool that runs nothing is kept for work to come. `fixed`: idleTtl. `next-arrival`:
-    # at most idleTtl, and deleted as soon as no work for it is expected before a new pool could
-    # be up (decide/existing.py, expected_gap).
+    # How long a pool running nothing is kept. `next-arrival`: at most that, and deleted once no
+    # work for it is expected before a new pool could be up (decide/existing.py, expected_gap).
     idle_ttl: Duration = timedelta(minutes=10)
     idle_ttl_choice: Literal["fixed", "next-arrival"] = "fixed"
-    # A pool this old drains: it goes once nothing runs on it, and takes no new work but, at
-    # maxPools, work expected to end before its own (decide/reuse.py, best_at_pool_limit).
+    # Past it a pool goes once idle, taking no new work but, at maxPools, runs ending before its own.
     max_lifetime: Duration = timedelta(hours=24)
 
 

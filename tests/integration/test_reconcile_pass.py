@@ -260,6 +260,24 @@ def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_a_run_that_ends_before
         assert not placed and "max 1 pools reached" in plan.skips[0].reason
 
 
+def test_a_dispatch_records_the_policys_default_runtime_when_nothing_else_is_known(
+    kube: Any, tmp_path: Path
+) -> None:
+    """A job that declares no runtime and has no earlier runs is planned with the policy's
+    default (8 s in the demo), and its dispatch records it, as the API's workloads say: the next
+    pass then knows when its pool's work ends."""
+    manifest = job_manifest("unsaid", 1, deadline="1h")
+    del manifest["metadata"]["annotations"]["burst.dev/expected-runtime"]
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.batch.create_namespaced_job("cms-ml", manifest, _preload_content=False)
+    with reconciling(kube, tmp_path, CFG, FakeClock(), SimSettings()) as (reconciler, sessions):
+        reconciler.run_once()
+        with sessions() as s:
+            row = s.scalars(select(Workload).where(Workload.name == "unsaid")).one()
+            assert (row.expected_runtime_s, row.runtime_source) == (8, "the policy's default")
+
+
 def test_no_plan_before_the_watch_has_listed_everything(kube: Any, tmp_path: Path) -> None:
     """The first plan did not wait for synced caches: with the jobs listed and the nodes not yet,
     on-prem looked empty and every pending job went to a cloud."""
