@@ -50,6 +50,10 @@ DEFAULT_WAIT = timedelta(minutes=30)
 STARBURST_QUEUE_CAP = 30  # queued jobs; past it, a job bursts at once
 
 
+# Pools past their lifetime that run work, by offer: GPUs free per node, when their work ends.
+Late = dict[OfferKey, dict[str, tuple[list[int], float]]]
+
+
 @dataclass(frozen=True)
 class _Choice:
     offer: Offer
@@ -99,9 +103,6 @@ class Waiting:
         # told is fixed then), and were worked out again for every waiting job on every decision.
         self._world: World | None = None
         self._waits: dict[int, tuple[float, int, int]] = {}
-        # Of the decision under way, the pools past their lifetime that run work, by offer: each
-        # one's GPUs free per node and when the last of its work is expected to end.
-        self._late: dict[OfferKey, dict[str, tuple[list[int], float]]] = {}
 
     def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return job.submit + self.wait(job, runtime)
@@ -159,16 +160,16 @@ class Waiting:
                 sizes.setdefault(p.offer, {})[name] = len(p.alive)
         # At the cap, a pool past its lifetime takes a job that ends before its work does, as
         # burst's (decide/reuse.py, best_at_pool_limit).
-        self._late = {}
+        late: Late = {}
         for v in world.pool_views():
             if v.name in draining and v.name not in gone:
                 work_ends = [b for b in v.busy_until if b is not None]
                 if work_ends:
                     until = (max(work_ends) - world.dt(0)).total_seconds()
-                    self._late.setdefault(v.offer, {})[v.name] = (v.free_per_node(), until)
+                    late.setdefault(v.offer, {})[v.name] = (v.free_per_node(), until)
         late_room = any(
             max(free, default=0) or len(free) < self._max_nodes
-            for pools in self._late.values()
+            for pools in late.values()
             for free, _ in pools.values()
         )
         if not room and self._pools >= self._max_pools and self._full(sizes) and not late_room:
@@ -207,7 +208,7 @@ class Waiting:
             ends = world.now + told
             for k, choice in enumerate(choices):
                 asked = len(actions)
-                found = self._pool(choice, spec, room, sizes, actions, ends, new=k == 0)
+                found = self._pool(choice, spec, room, sizes, late, actions, ends, new=k == 0)
                 if found is not None:
                     if len(actions) > asked and isinstance(actions[-1], ResizePool):
                         refused.clear()
@@ -223,18 +224,18 @@ class Waiting:
                     )
                     break
             else:
-                now_refused = (len(choices), told if self._late else 0)
+                now_refused = (len(choices), told if late else 0)
                 if before is None or (now_refused[0] >= before[0] and now_refused[1] <= before[1]):
                     refused[shape] = now_refused
         return actions
 
     def _late_pool(
-        self, choice: _Choice, spec: SimJob, actions: list[Action], ends: float
+        self, choice: _Choice, spec: SimJob, late: Late, actions: list[Action], ends: float
     ) -> str | None:
         """A pool of the choice's offer past its lifetime, with work that ends after `ends`, that
         holds the job as it is or grown within the node cap; its room taken."""
         offer = choice.offer
-        for name, (free, until) in self._late.get(offer.key, {}).items():
+        for name, (free, until) in late.get(offer.key, {}).items():
             if ends > until:
                 continue
             if first_fit(free, spec.gpus_per_pod, spec.pods) is None:
@@ -267,6 +268,7 @@ class Waiting:
         spec: SimJob,
         room: dict[OfferKey, dict[str, list[int]]],
         sizes: dict[OfferKey, dict[str, int]],
+        late: Late,
         actions: list[Action],
         ends: float,
         *,
@@ -307,7 +309,7 @@ class Waiting:
         elif pool is None and self._pools >= self._max_pools:
             pool = next((n for n, k in nodes.items() if k + choice.nodes <= self._max_nodes), None)
             if pool is None:
-                return self._late_pool(choice, spec, actions, ends)
+                return self._late_pool(choice, spec, late, actions, ends)
             nodes[pool] += choice.nodes
             actions.append(ResizePool(pool, nodes[pool], "waited long enough", cost))
             same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)

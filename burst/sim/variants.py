@@ -40,6 +40,11 @@ def with_teardown(config: Config, policy: str, **changes: Any) -> Config:
     return _with_spec_part(config, policy, "teardown", changes)
 
 
+def with_limits(config: Config, policy: str, **changes: Any) -> Config:
+    """The configuration with one policy's limits changed."""
+    return _with_spec_part(config, policy, "limits", changes)
+
+
 def _with_spec_part(config: Config, policy: str, part: str, changes: dict[str, Any]) -> Config:
     p = config.policies[policy]
     varied = getattr(p.spec, part).model_copy(update=changes)

@@ -28,6 +28,7 @@ from burst.model import CancelDispatch, CreatePool, OfferKey, Plan
 from burst.model import Dispatch as DispatchAction
 from burst.sandbox import gpu_node
 from burst.service.loop import Reconciler, _fresh_names
+from burst.sim import variants
 from burst.store import database
 from burst.store.tables import Dispatch, Pool, Workload
 from providers.sim import LATENCY, Latency, SimCloud, SimProvider, SimSettings
@@ -149,12 +150,7 @@ def test_a_dispatch_planned_onto_a_pool_that_launches_late_moves_before_any_copy
     the pool is now expected (its estimate again from now) leaves no room for a restart: the
     pass cancels the planned dispatch and plans the job on demand, where it finishes in time.
     No copy was made on the late pool, so it runs once."""
-    policy = CFG.policies["demo-training"]
-    placement = policy.spec.placement.model_copy(update={"capacity": "spot-if-slack"})
-    spotty = policy.model_copy(
-        update={"spec": policy.spec.model_copy(update={"placement": placement})}
-    )
-    cfg = replace(CFG, policies={**CFG.policies, "demo-training": spotty})
+    cfg = variants.with_placement(CFG, "demo-training", capacity="spot-if-slack")
     start = datetime.now(UTC).replace(microsecond=0)
     clock = FakeClock(start)
     local = KubeObjects(kube)
@@ -223,10 +219,7 @@ def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_a_run_that_ends_before
     on it was dispatched 10 minutes ago and told it runs an hour. The pass plans a new 5 s job
     into the free room, since it ends before that one does: the pool stays up no longer. With
     no runtime known for the job on it, the pool's end is not known, and it takes nothing."""
-    policy = CFG.policies["demo-training"]
-    limits = policy.spec.limits.model_copy(update={"max_pools": 1})
-    one_pool = policy.model_copy(update={"spec": policy.spec.model_copy(update={"limits": limits})})
-    cfg = replace(CFG, policies={**CFG.policies, "demo-training": one_pool})
+    cfg = variants.with_limits(CFG, "demo-training", max_pools=1)
     local = KubeObjects(kube)
     local.ensure_namespace("cms-ml")
     local.batch.create_namespaced_job(

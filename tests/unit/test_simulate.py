@@ -224,9 +224,8 @@ def test_a_job_refused_at_the_pool_cap_takes_the_room_a_cloud_job_leaves_at_the_
     # 20 s and is refused at the cap. When `a` ends, the service's next pass would plan `b` into
     # the node it left: so does the replay, at the tick `a` ends on (the reconcile interval is
     # 30 s), not at the pool's idle check a TTL (10 minutes) later.
-    limits = POLICY.spec.limits.model_copy(update={"max_pools": 1, "max_nodes_per_pool": 1})
-    tight = POLICY.model_copy(update={"spec": POLICY.spec.model_copy(update={"limits": limits})})
-    cfg = replace(CFG, policies={**CFG.policies, POLICY.metadata.name: tight})
+    cfg = variants.with_limits(CFG, POLICY.metadata.name, max_pools=1, max_nodes_per_pool=1)
+    tight = cfg.policies[POLICY.metadata.name]
     hog = job("hog", 0, 48 * 3600, 8, 10**7)
     a, b = job("a", 10, 3600, 8, 10**7), job("b", 20, 3600, 8, 10**7)
     world = simulate.World([hog, a, b], {"V100": 8}, cfg, OFFERS, seed=1, clouds=STEADY)
