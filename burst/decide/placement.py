@@ -30,7 +30,7 @@ from burst.decide.caps import Caps, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
 from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_reuse
 from burst.decide.triggers import Want, spot_allowed
-from burst.decide.unpriced import LateRefusals, NoRoom, at_pool_limit, kind_of
+from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets, at_pool_limit, kind_of
 from burst.decide.wording import Words, at, usd
 from burst.model import CapacityType, Dispatch, OfferKey
 
@@ -58,8 +58,7 @@ class Placement:
         # Per policy, its pools past their lifetime that still run work (reuse.best_at_pool_limit).
         self.draining: defaultdict[str, list[OpenPool]] = defaultdict(list)
         self.dispatches: list[Dispatch] = []
-        self.refused_late = LateRefusals()
-        self.no_room = NoRoom()
+        self.refused_late, self.no_room, self.spent = LateRefusals(), NoRoom(), SpentBudgets()
         self._spot_ok: dict[str, bool] = {}
         self._max_cost: dict[tuple[str, Money | None], int | None] = {}
         # per policy: its targets, and the slowest launch among them
@@ -283,8 +282,9 @@ class Placement:
         self, want: Want, pool: OpenPool, cost: int, finish: datetime, where: str
     ) -> None:
         w, p = want.w, want.policy
-        self.refused_late.clear()  # room was taken: those refused for room are asked again
-        self.no_room.clear()
+        # Room was taken: those refused for room are asked again, with the prices left.
+        for known in (self.refused_late, self.no_room, self.spent):
+            known.clear()
         notes = self.caps.budgets.soft_overruns(w, p.metadata.name, cost)
         hold = self.caps.budgets.hold_usd(w, cost, pool.offer, pool.hourly_micros)
         self.caps.budgets.charge(w, p.metadata.name, cost, hold)

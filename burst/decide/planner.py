@@ -44,6 +44,7 @@ from datetime import datetime, timedelta
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
 from burst.config import BurstPolicy, Config, TargetSpec, selector_matches
+from burst.decide import unpriced
 from burst.decide.candidates import allowed_accelerators, expected_run
 from burst.decide.caps import PlanError
 from burst.decide.existing import deletions, placement_for, unneeded
@@ -232,7 +233,7 @@ class _Planner:
                 break
             # Why the placement would refuse a workload whatever sends it (None: it may be placed),
             # known per policy and pod shape: it does not change while a round walks the queue.
-            room = self.placement.no_room.refusal
+            room = unpriced.refusal
             settled = placed | stays
             walk = walk_length(
                 pending,
@@ -300,7 +301,7 @@ class _Planner:
                     stays.update(wanting[1].uid for wanting in wants)
                     break
                 _, w, (policy, onprem, why, worth) = heapq.heappop(wants)
-                refusal = self.placement.no_room.refusal(self.placement, w, policy, runtimes[w.uid])
+                refusal = unpriced.refusal(self.placement, w, policy, runtimes[w.uid])
                 if onprem is None and (refusal is None or self.explain):
                     onprem = sweep.left(w, runtimes[w.uid])  # it leaves whatever its estimate
                     why, _, worth = self._why(w, policy, onprem, sweep, runtimes[w.uid])
@@ -368,7 +369,7 @@ def may_leave(
     """Whether the placement may take a workload this round, whatever sends it: its policy, or
     None (unclaimed, `settled` already, or refused for room; when `explain`, every claimed
     workload not settled, as its reason is worded)."""
-    refusal = placement.no_room.refusal
+    refusal = unpriced.refusal
 
     def may(w: Workload) -> BurstPolicy | None:
         policy = policy_of.get(w.uid)

@@ -1,24 +1,37 @@
-"""Refusals the placement knows without pricing a workload, each exactly what pricing it would end
-in (placement.py asks them first): no room at all for its pod shape at the policy's pool limit
-(NoRoom); a late attempt of a kind refused for a shorter run, or under a hard budget with less
-left than any run of it could cost (LateRefusals). A replay's backlog under full caps and spent
-budgets holds thousands that each plan would otherwise price only to refuse.
+"""Refusals the placement knows without pricing a workload, each what pricing it would end in
+(placement.py and the planner ask them first): no room at all for its pod shape at the policy's
+pool limit (NoRoom); a hard budget over it with less left than any run of it could ask
+(SpentBudgets); a late attempt of a kind refused for a shorter run (LateRefusals). A replay's
+backlog under full caps and spent budgets holds thousands that each plan would otherwise price only
+to refuse.
 """
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 from fractions import Fraction
 from itertools import chain
 from typing import TYPE_CHECKING
 
+from burst.amounts import Money
 from burst.config import BurstPolicy
-from burst.decide.candidates import capacities
 from burst.decide.triggers import Want
-from burst.model import Workload
+from burst.model import BudgetView, Workload
 
 if TYPE_CHECKING:
     from burst.decide.placement import Placement
+
+
+def refusal(
+    placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
+) -> str | None:
+    """Why any placement of `w`, early or late, would be refused, where that is known without
+    pricing it; None: it may be placed. Not worded as pricing words a spent budget's refusal:
+    the planner asks it where no reason is asked for, or gives it as the reason."""
+    return placement.no_room.refusal(placement, w, policy, runtime) or placement.spent.refusal(
+        placement, w, policy, runtime
+    )
 
 
 def kind_of(want: Want, spot_ok: bool) -> tuple[object, ...]:
@@ -43,61 +56,82 @@ def at_pool_limit(policy: BurstPolicy) -> str:
 class LateRefusals:
     """Late attempts known to be refused (placement.place tries a workload late, by the soonest
     cloud finish, once no cloud meets its deadline); a Philly replay with config/ holds thousands
-    past their deadlines, each tried late on every plan. Two rules, each what pricing would end in:
-
-    - One of a kind refused for a shorter run (`dominated`), until the placement next takes room.
-      At the policy's pool limit, no open pool taking it by the soonest cloud finish: a late
-      attempt must finish by now + its kind's fastest launch + its runtime, and a pool finishes it
-      at the pool's start + the run, so one of the same kind (policy, GPU and pod shape, spot
-      allowed or not) that runs no shorter is refused too (best_reuse, best_growth). (Deadlines
-      have no such order: wants are placed least slack first, so each has more time than the one
-      refused before it.)
-    - One a hard budget over it has less left for than any run of it could cost
-      (`unaffordable`): one pod's GPUs for its runtime at the lowest price per GPU of the offers
-      and the policy's pools it may use. A reuse bills all its GPUs, a new pool all its nodes, a
-      growth the nodes it adds, which hold at least the pods that do not fit the pool's free room.
-      The lowest price is known per kind until room is taken. The replay held hundreds under a
-      spent team budget, each priced late only to be refused for it.
+    past their deadlines, each tried late on every plan. One of a kind refused for a shorter run is
+    refused too, until the placement next takes room. At the policy's pool limit, no open pool
+    taking it by the soonest cloud finish: a late attempt must finish by now + its kind's fastest
+    launch + its runtime, and a pool finishes it at the pool's start + the run, so one of the same
+    kind (policy, GPU and pod shape, spot allowed or not) that runs no shorter is refused too
+    (best_reuse, best_growth). (Deadlines have no such order: wants are placed least slack first,
+    so each has more time than the one refused before it.)
     """
 
     def __init__(self) -> None:
         self._shortest: dict[tuple[object, ...], timedelta] = {}
-        self._lowest: dict[tuple[object, ...], tuple[int, int] | None] = {}
 
     def refuses(self, placement: Placement, want: Want) -> bool:
-        spot_ok = placement.spot_ok(want)
-        kind = kind_of(want, spot_ok)
-        if self.dominated(kind, want.runtime):
+        """Whether a late attempt of `want` is refused: as one of its kind with a shorter run
+        was, or as any attempt under its spent budgets is (SpentBudgets)."""
+        shortest = self._shortest.get(kind_of(want, placement.spot_ok(want)))
+        if shortest is not None and want.runtime >= shortest:
             return True
-        if kind not in self._lowest:
-            self._lowest[kind] = _lowest_price(placement, want, spot_ok)
-        return self.unaffordable(placement, want, self._lowest[kind])
-
-    def dominated(self, kind: tuple[object, ...], runtime: timedelta) -> bool:
-        shortest = self._shortest.get(kind)
-        return shortest is not None and runtime >= shortest
-
-    def unaffordable(self, placement: Placement, want: Want, price: tuple[int, int] | None) -> bool:
-        """Whether a hard budget over `want` has less left than a run of it at `price` (a node's
-        price per hour in USD micros, its GPUs), the lowest it may have, would cost."""
-        w, budgets = want.w, placement.caps.budgets
-        hard = [b for b in budgets.matching(w, want.policy.metadata.name) if b.hard]
-        if not hard or price is None:
-            return False
-        lowest = w.gpus_per_pod * price[0] * int(want.runtime.total_seconds()) // (3600 * price[1])
-        rates = placement.caps.rates
-        return any(
-            rates.from_usd(lowest, b.remaining.currency) > budgets.remaining[b.name] for b in hard
-        )
+        return placement.spent.refusal(placement, want.w, want.policy, want.runtime) is not None
 
     def add(self, kind: tuple[object, ...], runtime: timedelta) -> None:
         self._shortest[kind] = min(runtime, self._shortest.get(kind, runtime))
 
     def clear(self) -> None:
-        """Room was taken: those refused for a shorter run are asked again, and the lowest price
-        is looked for again (a pool may have opened)."""
+        """Room was taken: those refused for a shorter run are asked again."""
         if self._shortest:
             self._shortest = {}
+
+
+class SpentBudgets:
+    """The refusal of a workload that a hard budget over it has less left for than any placement
+    of it could ask, early or late: the lowest cost of its runtime, and at least the first hold of
+    a dispatch under a hard budget (money/guard.first_hold: all its GPUs for twice the horizon).
+    Below the policy's pool limit a run costs at least one pod's GPUs at the lowest price per GPU
+    of the offers and the policy's pools (a reuse bills all its GPUs, a new pool or a growth whole
+    nodes, each holding a pod); at the limit only the policy's pools are left, and each at least
+    the share of its node a reuse bills, or the nodes a growth adds. The lowest prices are known per
+    policy and pod shape until the placement next takes room (a pool may open or fill); what is
+    left of each budget is read each time. A Philly replay with config/ held hundreds under a
+    spent team budget, each priced on every plan, early and late, only to be refused for it."""
+
+    def __init__(self) -> None:
+        # Per policy and pod shape: (a run's least cost an hour, as a fraction's numerator and
+        # denominator; the least first hold), in USD micros.
+        self._lowest: dict[tuple[object, ...], tuple[int, int, int] | None] = {}
+        self._hard: dict[tuple[str, str, str], list[BudgetView]] = {}  # budgets stay for a plan
+
+    def refusal(
+        self, placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
+    ) -> str | None:
+        # Asked of every waiting workload on every plan that walks the queue: most are under no
+        # hard budget, and those that are share a few kinds.
+        budgets, name = placement.caps.budgets, policy.metadata.name
+        scope = (w.team, w.namespace, name)
+        hard = self._hard.get(scope)
+        if hard is None:
+            hard = self._hard[scope] = [b for b in budgets.matching(w, name) if b.hard]
+        if not hard:
+            return None
+        key = (name, w.accelerator, w.pods, w.gpus_per_pod, w.cpu_per_pod, w.memory_gib_per_pod)
+        if key not in self._lowest:
+            self._lowest[key] = _lowest_prices(placement, w, policy)
+        lowest = self._lowest[key]
+        if lowest is None:
+            return None  # nowhere to run it: pricing says why
+        numerator, denominator, held = lowest
+        asked = max(numerator * int(runtime.total_seconds()) // (denominator * 3600), held)
+        for b in hard:
+            needs = placement.caps.rates.from_usd(asked, b.remaining.currency)
+            left = budgets.remaining[b.name]
+            if needs > left:
+                left = max(left, Money.zero(left.currency))
+                return f"budget {b.name}: {left} left, needs at least {needs}"
+        return None
+
+    def clear(self) -> None:
         if self._lowest:
             self._lowest = {}
 
@@ -147,21 +181,52 @@ class NoRoom:
             self._full = {}
 
 
-def _lowest_price(placement: Placement, want: Want, spot_ok: bool) -> tuple[int, int] | None:
-    """(node price per hour in USD micros, GPUs a node) of the lowest price per GPU."""
-    shape = placement.candidates.of(want.w, want.policy)
-    prices = [
-        (c.offer.hourly.micros, c.offer.gpus)
-        for capacity in capacities(spot_ok)
-        for found in shape[capacity].values()
-        for c in found
-    ]
-    name = want.policy.metadata.name
-    prices += [
-        (p.hourly_micros, p.offer.gpus)
-        for p in chain(placement.policy_pools[name].opened, placement.draining[name])
-    ]
-    return min(prices, key=lambda price: Fraction(*price), default=None)
+def _lowest_prices(
+    placement: Placement, w: Workload, policy: BurstPolicy
+) -> tuple[int, int, int] | None:
+    """What the placement may take `w` with costs at least (SpentBudgets), in USD micros: an hour
+    of its run, as numerator and denominator, and its first hold; None: nothing may take it."""
+    found = _lowest_rates(placement, w, policy)
+    if found is None:
+        return None
+    per_hour, per_gpu_hour = found
+    ahead = int(placement.caps.budgets.ahead.total_seconds())
+    held = math.floor(w.gpus * per_gpu_hour * Fraction(2 * ahead, 3600))
+    return per_hour.numerator, per_hour.denominator, held
+
+
+def _lowest_rates(
+    placement: Placement, w: Workload, policy: BurstPolicy
+) -> tuple[Fraction, Fraction] | None:
+    """(the least a run of `w` costs an hour, the lowest price of a GPU-hour it may run at)."""
+    limits, name = policy.spec.limits, policy.metadata.name
+    pools = chain(placement.policy_pools[name].opened, placement.draining[name])
+    if placement.pools_of_policy[name] < limits.max_pools:
+        shape = placement.candidates.of(w, policy)
+        prices = [
+            Fraction(c.offer.hourly.micros, c.offer.gpus)
+            for found in shape.values()
+            for offers in found.values()
+            for c in offers
+        ]
+        prices += [Fraction(p.hourly_micros, p.offer.gpus) for p in pools]
+        per_gpu = min(prices, default=None)
+        return None if per_gpu is None else (w.gpus_per_pod * per_gpu, per_gpu)
+    runs: list[tuple[Fraction, Fraction]] = []
+    for pool in pools:
+        extra = pool.extra_nodes_for(w)
+        per_gpu = Fraction(pool.hourly_micros, pool.offer.gpus)
+        if extra == 0:
+            runs.append((w.gpus * per_gpu, per_gpu))  # a reuse: its share of the node
+        elif (
+            extra is not None
+            and pool.nodes + extra <= limits.max_nodes_per_pool
+            and not pool.unavailable
+        ):
+            runs.append((Fraction(extra * pool.hourly_micros), per_gpu))  # the nodes it adds
+    if not runs:
+        return None
+    return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
 def _no_room(

@@ -805,6 +805,28 @@ def test_a_late_run_is_not_refused_unpriced_for_a_budget_a_pool_past_its_lifetim
     assert dispatches(plan)["lost"].pool == "old"
 
 
+def test_at_the_pool_limit_a_budget_short_of_a_node_refuses_a_run_unpriced() -> None:
+    # One pool allowed and it is full: a 1-GPU job for 2 h can only grow it by a node of
+    # 4 V100 at 4.00 USD an hour, 8.00 USD at least. Its team's hard budget has 5.00 USD left:
+    # enough for a GPU's share of a node, not for a node. It is refused without pricing, saying
+    # the least it needs; with 20.00 USD left the pool grows for it.
+    cfg = make_config(
+        ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))
+    )
+    full = _pool("full", free_gpus=(0,), hourly=Money.of("4.00", "USD"))
+    job = workload("job", deadline=NOW + 3 * H)
+
+    def planned(left: str) -> Plan:
+        budgets = (BudgetView("ml-team", "team", "ml", Money.of(left, "USD"), hard=True),)
+        snap = Snapshot(workloads=(job,), onprem=BUSY_V100, pools=(full,), budgets=budgets)
+        return decide.plan(snap, CATALOG, cfg, NOW)
+
+    plan = planned("5.00")
+    assert not dispatches(plan)
+    assert "budget ml-team: 5.00 USD left, needs at least 8.00 USD" in skip_reason(plan, "job")
+    assert dispatches(planned("20.00"))["job"].pool == "full"
+
+
 def test_a_burst_ahead_in_the_queue_lets_the_next_one_stay() -> None:
     # 8 V100 busy for 2 h. `first` (8 GPUs, 3 h) cannot make its 4 h deadline and bursts;
     # `second` (8 GPUs, 3 h, deadline 6 h) then starts at 2 h and finishes at 5 h: on time.

@@ -21,10 +21,10 @@ from burst.amounts import Money
 from burst.cloud import catalog
 from burst.config import Config
 from burst.decide.existing import UP_STATES
-from burst.decide.onprem import estimate_all
+from burst.decide.onprem import Estimate, estimate_all
 from burst.decide.placement import Placement
 from burst.decide.triggers import Want
-from burst.decide.unpriced import LateRefusals
+from burst.decide.unpriced import LateRefusals, SpentBudgets
 from burst.model import (
     BudgetView,
     CancelDispatch,
@@ -326,7 +326,7 @@ def reasons_left_out_change_no_action(snap: Snapshot, cfg: Config, plan: Plan) -
 def refusals_remembered_change_nothing(snap: Snapshot, cfg: Config, plan: Plan) -> None:
     """At a pool limit, a workload is refused without pricing when one of its kind that had more
     time was (placement.LateRefusals): the plan must be the one pricing each gives."""
-    with patch.object(LateRefusals, "dominated", lambda *_: False):
+    with patch.object(LateRefusals, "refuses", lambda *_: False):
         assert _plan(snap, cfg) == plan
 
 
@@ -349,20 +349,22 @@ def refusals_for_no_room_are_what_pricing_gives(snap: Snapshot, cfg: Config, pla
 def refusals_for_a_spent_budget_are_what_pricing_gives(
     snap: Snapshot, cfg: Config, plan: Plan
 ) -> None:
-    """A late attempt whose hard budget has less left than any run of it could cost is refused
-    unpriced (LateRefusals.unaffordable): priced, with no deadline at all, it must be refused too,
-    and the plan must be the one pricing each gives."""
-    unaffordable = LateRefusals.unaffordable
+    """A workload a hard budget over it has less left for than any run of it could ask is
+    refused unpriced, early or late (unpriced.SpentBudgets): priced, with no deadline at all, it
+    must be refused too. (It then stays in the queue the round estimates, as one with no room
+    does, where pricing it would have let those behind it be estimated as if it left.)"""
+    refusal = SpentBudgets.refusal
 
-    def priced_too(self: LateRefusals, placement: Placement, want: Want, price: Any) -> bool:
-        found = unaffordable(self, placement, want, price)
-        if found:
-            assert placement._place(replace(want, finish_by=None), is_late=True) is not None
+    def priced_too(
+        self: SpentBudgets, placement: Placement, w: Workload, policy: Any, runtime: timedelta
+    ) -> str | None:
+        found = refusal(self, placement, w, policy, runtime)
+        if found is not None:
+            anywhere = Want(w, policy, runtime, Estimate(None, None, None), "asked", None)
+            assert placement._place(anywhere) is not None, found
         return found
 
-    with patch.object(LateRefusals, "unaffordable", priced_too):
-        assert _plan(snap, cfg) == plan
-    with patch.object(LateRefusals, "unaffordable", lambda *_: False):
+    with patch.object(SpentBudgets, "refusal", priced_too):
         assert _plan(snap, cfg) == plan
 
 
