@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from burst.amounts import Money
 from burst.config import BurstPolicy
 from burst.decide.triggers import Want
+from burst.decide.wording import Words
 from burst.model import BudgetView, Workload
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 def refusal(
     placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
-) -> str | None:
+) -> str | Words | None:
     """Why any placement of `w`, early or late, would be refused, where that is known without
     pricing it; None: it may be placed. Not worded as pricing words a spent budget's refusal:
     the planner asks it where no reason is asked for, or gives it as the reason."""
@@ -102,10 +103,11 @@ class SpentBudgets:
         # denominator; the least first hold), in USD micros.
         self._lowest: dict[tuple[object, ...], tuple[int, int, int] | None] = {}
         self._hard: dict[tuple[str, str, str], list[BudgetView]] = {}  # budgets stay for a plan
+        self._needs: dict[tuple[int, str], Money] = {}
 
     def refusal(
         self, placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
-    ) -> str | None:
+    ) -> Words | None:
         # Asked of every waiting workload on every plan that walks the queue: most are under no
         # hard budget, and those that are share a few kinds.
         budgets, name = placement.caps.budgets, policy.metadata.name
@@ -124,16 +126,24 @@ class SpentBudgets:
         numerator, denominator, held = lowest
         asked = max(numerator * int(runtime.total_seconds()) // (denominator * 3600), held)
         for b in hard:
-            needs = placement.caps.rates.from_usd(asked, b.remaining.currency)
+            currency = b.remaining.currency
+            needs = self._needs.get((asked, currency))
+            if needs is None:  # the first hold is what most short runs ask: converted once
+                needs = self._needs[asked, currency] = placement.caps.rates.from_usd(
+                    asked, currency
+                )
             left = budgets.remaining[b.name]
             if needs > left:
-                left = max(left, Money.zero(left.currency))
-                return f"budget {b.name}: {left} left, needs at least {needs}"
+                return Words(_spent, b.name, left, needs)  # worded only when read
         return None
 
     def clear(self) -> None:
         if self._lowest:
             self._lowest = {}
+
+
+def _spent(budget: str, left: Money, needs: Money) -> str:
+    return f"budget {budget}: {max(left, Money.zero(left.currency))} left, needs at least {needs}"
 
 
 class NoRoom:

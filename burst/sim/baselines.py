@@ -103,6 +103,12 @@ class Waiting:
         # told is fixed then), and were worked out again for every waiting job on every decision.
         self._world: World | None = None
         self._waits: dict[int, tuple[float, int, int]] = {}
+        # Within a decision: the pod shapes no pool of an offer has room for, until a pool opens
+        # or grows (room otherwise only shrinks), and at the pool cap the growths no pool of an
+        # offer has nodes left for (nodes only grow). A replay under config/'s caps walked
+        # thousands waiting through the same full pools on every decision.
+        self._no_fit: set[tuple[OfferKey, int, int]] = set()
+        self._no_growth: set[tuple[OfferKey, int]] = set()
 
     def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return job.submit + self.wait(job, runtime)
@@ -179,6 +185,8 @@ class Waiting:
             return actions
         if world is not self._world:
             self._world, self._waits = world, {}
+        self._no_fit.clear()
+        self._no_growth.clear()
         waits = self._waits
         # At the pool cap, the most offers (cheapest first) a pod shape has found no pool among:
         # one of that shape with as many or fewer finds none either, until a pool grows (the
@@ -281,14 +289,12 @@ class Waiting:
         offer = choice.offer
         same, nodes = room.setdefault(offer.key, {}), sizes.setdefault(offer.key, {})
         cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
-        pool = next(
-            (
-                n
-                for n, free in same.items()
-                if first_fit(free, spec.gpus_per_pod, spec.pods) is not None
-            ),
-            None,
-        )
+        shape = (offer.key, spec.gpus_per_pod, spec.pods)
+        pool = None
+        if shape not in self._no_fit:
+            pool = _with_room(same, spec.gpus_per_pod, spec.pods)
+            if pool is None:
+                self._no_fit.add(shape)
         if pool is None and new and self._pools < self._max_pools:
             self._pools += 1
             self._made += 1
@@ -306,11 +312,17 @@ class Waiting:
                 )
             )
             same[pool], nodes[pool] = [offer.gpus] * choice.nodes, choice.nodes
+            self._no_fit.clear()
         elif pool is None and self._pools >= self._max_pools:
-            pool = next((n for n, k in nodes.items() if k + choice.nodes <= self._max_nodes), None)
+            grows = (offer.key, choice.nodes)
+            if grows not in self._no_growth:
+                limit = self._max_nodes - choice.nodes
+                pool = next((n for n, k in nodes.items() if k <= limit), None)
             if pool is None:
+                self._no_growth.add(grows)
                 return self._late_pool(choice, spec, late, actions, ends)
             nodes[pool] += choice.nodes
+            self._no_fit.clear()
             actions.append(ResizePool(pool, nodes[pool], "waited long enough", cost))
             same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)
         if pool is None:
@@ -318,6 +330,13 @@ class Waiting:
         for k in first_fit(same[pool], spec.gpus_per_pod, spec.pods) or []:
             same[pool][k] -= spec.gpus_per_pod
         return pool
+
+
+def _with_room(pools: dict[str, list[int]], per_pod: int, pods: int) -> str | None:
+    """The first of `pools` (free GPUs per node, by name) with room for the pods."""
+    return next(
+        (n for n, free in pools.items() if first_fit(free, per_pod, pods) is not None), None
+    )
 
 
 @dataclass(frozen=True)
