@@ -200,6 +200,18 @@ def test_at_the_pool_cap_a_baseline_takes_any_offer_that_suits_the_job() -> None
     assert sorted(len(p.nodes) for p in world.pool_list) == [1, 1, 1, 2]
 
 
+def test_at_the_pool_cap_a_node_grown_for_one_job_takes_the_next_in_the_same_decision() -> None:
+    # As above with two 1-GPU jobs queued together: the first grows a pool by an 8-GPU node, and
+    # the second, which found no room in that offer's pools a moment before, takes the node's
+    # room rather than growing a pool again.
+    hog = job("hog", 0, 24 * 3600, 8, 10**6)
+    eights = [job(f"j{k}", 10, 3600, 8, 10**6) for k in range(4)]
+    smalls = [job(f"s{k}", 20, 3600, 1, 10**6) for k in range(2)]
+    world, out = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *eights, *smalls])
+    assert len(world.pool_list) == 4 and out.burst_jobs == 6
+    assert sorted(len(p.nodes) for p in world.pool_list) == [1, 1, 1, 2]
+
+
 def test_a_baseline_pool_past_its_lifetime_takes_only_work_that_ends_before_its_own() -> None:
     # The policy's max lifetime is 24 h: four 8-GPU runs of 25 h hold the 4 pools. At the pool
     # cap, a job queued a day later that ends before them grows one of them, as burst's would
