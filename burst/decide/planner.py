@@ -232,7 +232,8 @@ class _Planner:
             if self._none_fits(claiming):
                 break
             # Why the placement would refuse a workload whatever sends it (None: it may be placed),
-            # known per policy and pod shape: it does not change while a round walks the queue.
+            # known per policy and pod shape (and runtime, under a hard budget): it does not change
+            # while a round walks the queue.
             room = unpriced.refusal
             settled = placed | stays
             walk = walk_length(
@@ -367,8 +368,8 @@ def may_leave(
     explain: bool,
 ) -> Callable[[Workload], BurstPolicy | None]:
     """Whether the placement may take a workload this round, whatever sends it: its policy, or
-    None (unclaimed, `settled` already, or refused for room; when `explain`, every claimed
-    workload not settled, as its reason is worded)."""
+    None (unclaimed, `settled` already, or refused unpriced: no room, or a spent hard budget;
+    when `explain`, every claimed workload not settled, as its reason is worded)."""
     refusal = unpriced.refusal
 
     def may(w: Workload) -> BurstPolicy | None:
