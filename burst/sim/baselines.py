@@ -103,12 +103,13 @@ class Waiting:
         # told is fixed then), and were worked out again for every waiting job on every decision.
         self._world: World | None = None
         self._waits: dict[int, tuple[float, int, int]] = {}
-        # Within a decision: the pod shapes no pool of an offer has room for, until a pool opens
-        # or grows (room otherwise only shrinks), and at the pool cap the growths no pool of an
-        # offer has nodes left for (nodes only grow). A replay under config/'s caps walked
-        # thousands waiting through the same full pools on every decision.
-        self._no_fit: set[tuple[OfferKey, int, int]] = set()
-        self._no_growth: set[tuple[OfferKey, int]] = set()
+        # Within a decision, by choice (an offer for a pod shape, kept for the replay): its
+        # offer's pools; none with room for it, until a pool opens or grows (room otherwise only
+        # shrinks); none with nodes left for it at the pool cap (nodes only grow). Under config/'s
+        # caps thousands waiting were walked through the same full pools on every decision.
+        self._rooms: dict[int, tuple[dict[str, list[int]], dict[str, int]]] = {}
+        self._no_fit: set[int] = set()
+        self._no_growth: set[int] = set()
 
     def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return job.submit + self.wait(job, runtime)
@@ -185,8 +186,7 @@ class Waiting:
             return actions
         if world is not self._world:
             self._world, self._waits = world, {}
-        self._no_fit.clear()
-        self._no_growth.clear()
+        self._rooms, self._no_fit, self._no_growth = {}, set(), set()
         waits = self._waits
         # At the pool cap, the most offers (cheapest first) a pod shape has found no pool among:
         # one of that shape with as many or fewer finds none either, until a pool grows (the
@@ -286,15 +286,18 @@ class Waiting:
         with room now, else (`new`) a new pool under the pool cap, else one grown within the
         node cap, else one past its lifetime whose work ends after `ends` (the job's expected end)
         as it is or grown; None when the caps leave none."""
-        offer = choice.offer
-        same, nodes = room.setdefault(offer.key, {}), sizes.setdefault(offer.key, {})
+        offer, mine = choice.offer, id(choice)  # a choice is one offer for one pod shape
+        known = self._rooms.get(mine)
+        if known is None:  # an offer's key made and hashed once a decision, not once a job
+            key = offer.key
+            known = self._rooms[mine] = (room.setdefault(key, {}), sizes.setdefault(key, {}))
+        same, nodes = known
         cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
-        shape = (offer.key, spec.gpus_per_pod, spec.pods)
         pool = None
-        if shape not in self._no_fit:
+        if mine not in self._no_fit:
             pool = _with_room(same, spec.gpus_per_pod, spec.pods)
             if pool is None:
-                self._no_fit.add(shape)
+                self._no_fit.add(mine)
         if pool is None and new and self._pools < self._max_pools:
             self._pools += 1
             self._made += 1
@@ -314,12 +317,11 @@ class Waiting:
             same[pool], nodes[pool] = [offer.gpus] * choice.nodes, choice.nodes
             self._no_fit.clear()
         elif pool is None and self._pools >= self._max_pools:
-            grows = (offer.key, choice.nodes)
-            if grows not in self._no_growth:
+            if mine not in self._no_growth:
                 limit = self._max_nodes - choice.nodes
                 pool = next((n for n, k in nodes.items() if k <= limit), None)
             if pool is None:
-                self._no_growth.add(grows)
+                self._no_growth.add(mine)
                 return self._late_pool(choice, spec, late, actions, ends)
             nodes[pool] += choice.nodes
             self._no_fit.clear()
