@@ -70,12 +70,8 @@ class LateRefusals:
         self._shortest: dict[tuple[object, ...], timedelta] = {}
 
     def refuses(self, placement: Placement, want: Want) -> bool:
-        """Whether a late attempt of `want` is refused: as one of its kind with a shorter run
-        was, or as any attempt under its spent budgets is (SpentBudgets)."""
         shortest = self._shortest.get(kind_of(want, placement.spot_ok(want)))
-        if shortest is not None and want.runtime >= shortest:
-            return True
-        return placement.spent.refusal(placement, want.w, want.policy, want.runtime) is not None
+        return shortest is not None and want.runtime >= shortest
 
     def add(self, kind: tuple[object, ...], runtime: timedelta) -> None:
         self._shortest[kind] = min(runtime, self._shortest.get(kind, runtime))
