@@ -250,8 +250,9 @@ class Waiting:
                 if len(free) + choice.nodes > self._max_nodes:
                     continue
                 free.extend([offer.gpus] * choice.nodes)
-                cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
-                actions.append(ResizePool(name, len(free), "waited long enough", cost))
+                actions.append(
+                    ResizePool(name, len(free), "waited long enough", _cost(choice, spec))
+                )
             for k in first_fit(free, spec.gpus_per_pod, spec.pods) or []:
                 free[k] -= spec.gpus_per_pod
             return name
@@ -292,7 +293,6 @@ class Waiting:
             key = offer.key
             known = self._rooms[mine] = (room.setdefault(key, {}), sizes.setdefault(key, {}))
         same, nodes = known
-        cost = Money(offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
         pool = None
         if mine not in self._no_fit:
             pool = _with_room(same, spec.gpus_per_pod, spec.pods)
@@ -311,7 +311,7 @@ class Waiting:
                     choice.nodes,
                     offer.hourly,
                     "waited long enough",
-                    cost,
+                    _cost(choice, spec),
                 )
             )
             same[pool], nodes[pool] = [offer.gpus] * choice.nodes, choice.nodes
@@ -325,13 +325,18 @@ class Waiting:
                 return self._late_pool(choice, spec, late, actions, ends)
             nodes[pool] += choice.nodes
             self._no_fit.clear()
-            actions.append(ResizePool(pool, nodes[pool], "waited long enough", cost))
+            actions.append(ResizePool(pool, nodes[pool], "waited long enough", _cost(choice, spec)))
             same.setdefault(pool, []).extend([offer.gpus] * choice.nodes)
         if pool is None:
             return None
         for k in first_fit(same[pool], spec.gpus_per_pod, spec.pods) or []:
             same[pool][k] -= spec.gpus_per_pod
         return pool
+
+
+def _cost(choice: _Choice, spec: SimJob) -> Money:
+    """What the choice's nodes cost for the job's run: asked only of a pool made or grown."""
+    return Money(choice.offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
 
 
 def _with_room(pools: dict[str, list[int]], per_pod: int, pods: int) -> str | None:
