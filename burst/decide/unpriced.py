@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from burst.amounts import Money
 from burst.config import BurstPolicy
+from burst.decide.caps import Rates
 from burst.decide.triggers import Want
 from burst.decide.wording import Words
 from burst.model import BudgetView, Workload
@@ -89,9 +90,9 @@ class SpentBudgets:
     Below the policy's pool limit a run costs at least one pod's GPUs at the lowest price per GPU
     of the offers and the policy's pools (a reuse bills all its GPUs, a new pool or a growth whole
     nodes, each holding a pod); at the limit only the policy's pools are left, and each at least
-    the share of its node a reuse bills, or the nodes a growth adds. The lowest prices are known per
-    policy and pod shape until the placement next takes room (a pool may open or fill); what is
-    left of each budget is read each time. A Philly replay with config/ held hundreds under a
+    the share of its node a reuse bills, or the nodes a growth adds. The lowest prices, and the
+    most each budget may be asked, are known per policy and pod shape until the placement next
+    takes room (a pool may open or fill, a budget is charged). A Philly replay with config/ held hundreds under a
     spent team budget, each priced on every plan, early and late, only to be refused for it."""
 
     def __init__(self) -> None:
@@ -99,7 +100,7 @@ class SpentBudgets:
         # denominator; the least first hold), in USD micros.
         self._lowest: dict[tuple[object, ...], tuple[int, int, int] | None] = {}
         self._hard: dict[tuple[str, str, str], list[BudgetView]] = {}  # budgets stay for a plan
-        self._needs: dict[tuple[int, str], Money] = {}
+        self._most: dict[str, int] = {}  # the most each budget may be asked, in USD micros
 
     def refusal(
         self, placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
@@ -122,23 +123,36 @@ class SpentBudgets:
         numerator, denominator, held = lowest
         asked = max(numerator * int(runtime.total_seconds()) // (denominator * 3600), held)
         for b in hard:
-            currency = b.remaining.currency
-            needs = self._needs.get((asked, currency))
-            if needs is None:  # the first hold is what most short runs ask: converted once
-                needs = self._needs[asked, currency] = placement.caps.rates.from_usd(
-                    asked, currency
-                )
-            left = budgets.remaining[b.name]
-            if needs > left:
-                return Words(_spent, b.name, left, needs)  # worded only when read
+            most = self._most.get(b.name)
+            if most is None:  # what is left changes only when room is taken (clear())
+                most = self._most[b.name] = most_asked(budgets.rates, budgets.remaining[b.name])
+            if asked > most:  # worded only when read
+                return Words(_spent, b.name, budgets.remaining[b.name], budgets.rates, asked)
         return None
 
     def clear(self) -> None:
         if self._lowest:
             self._lowest = {}
+        if self._most:
+            self._most = {}
 
 
-def _spent(budget: str, left: Money, needs: Money) -> str:
+def most_asked(rates: Rates, left: Money) -> int:
+    """The most USD micros a budget with `left` may be asked: what converts (rounded up) to no
+    more than it; -1 when it has nothing left. Compared as an integer, as each of thousands of
+    waiting workloads is asked, rather than converted and compared as money."""
+    if left.micros < 0:
+        return -1
+    most = rates.to_usd(left)  # rounded down: within a micro of the answer
+    while rates.from_usd(most + 1, left.currency) <= left:
+        most += 1
+    while most >= 0 and rates.from_usd(most, left.currency) > left:
+        most -= 1
+    return most
+
+
+def _spent(budget: str, left: Money, rates: Rates, asked: int) -> str:
+    needs = rates.from_usd(asked, left.currency)
     return f"budget {budget}: {max(left, Money.zero(left.currency))} left, needs at least {needs}"
 
 

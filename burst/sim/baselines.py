@@ -98,16 +98,21 @@ class Waiting:
         self._ttl = policy.spec.teardown.idle_ttl.total_seconds()
         self._lifetime = policy.spec.teardown.max_lifetime.total_seconds()
         self._made = self._pools = 0
-        # Per job of the replay being decided: how long it may wait and how many of its offers
-        # are within the per-job cost cap. Both are fixed once the job has arrived (the runtime
-        # told is fixed then), and were worked out again for every waiting job on every decision.
+        # Per job of the replay being decided: its submit time, how long it may wait, how many of
+        # its offers are within the per-job cost cap, the runtime told and its pod shape. All are
+        # fixed once the job has arrived (the runtime told is fixed then), and were worked out
+        # again for every waiting job on every decision.
         self._world: World | None = None
-        self._waits: dict[int, tuple[float, int, int]] = {}
+        self._waits: dict[int, tuple[float, float, int, int, tuple[int, int, str | None]]] = {}
         # Within a decision, by choice (an offer for a pod shape, kept for the replay): its
-        # offer's pools; none with room for it, until a pool opens or grows (room otherwise only
-        # shrinks); none with nodes left for it at the pool cap (nodes only grow). Under config/'s
-        # caps thousands waiting were walked through the same full pools on every decision.
-        self._rooms: dict[int, tuple[dict[str, list[int]], dict[str, int]]] = {}
+        # offer's pools, and those past their lifetime; none with room for it, until a pool opens
+        # or grows (room otherwise only shrinks); none with nodes left for it at the pool cap
+        # (nodes only grow). Under config/'s caps thousands waiting were walked through the same
+        # full pools on every decision.
+        self._rooms: dict[
+            int,
+            tuple[dict[str, list[int]], dict[str, int], dict[str, tuple[list[int], float]] | None],
+        ] = {}
         self._no_fit: set[int] = set()
         self._no_growth: set[int] = set()
 
@@ -195,21 +200,26 @@ class Waiting:
         refused: dict[tuple[int, int, str | None], tuple[int, int]] = {}
         for place, i in enumerate(world.queued()):
             job = world.jobs[i]
-            spec = job.spec
             known = waits.get(i)
             if known is None:
-                told = runtime_told(world, i)
-                known = waits[i] = (self.wait(spec, told), self._within(i, world), told)
-            wait, within, told = known
+                spec, told = job.spec, runtime_told(world, i)
+                shape = (spec.gpus_per_pod, spec.pods, world.asks[i])
+                known = waits[i] = (
+                    spec.submit,
+                    self.wait(spec, told),
+                    self._within(i, world),
+                    told,
+                    shape,
+                )
+            submit, wait, within, told, shape = known
             capped = self.queue_cap is not None and place >= self.queue_cap
-            if job.planned_pool is not None or not (world.now - spec.submit >= wait or capped):
+            if job.planned_pool is not None or not (world.now - submit >= wait or capped):
                 continue
-            every, _ = self._choices(spec, world.asks[i])
-            shape = (spec.gpus_per_pod, spec.pods, world.asks[i])
             before = refused.get(shape)
             if before is not None and within <= before[0] and told >= before[1]:
                 continue
-            choices = every[:within]
+            spec = job.spec
+            choices = self._choices(spec, world.asks[i])[0][:within]
             # The cheapest offer: a pool of it with room, else a new one while under the pool
             # cap; at the cap, each offer in turn, cheapest first: a pool of it with room, or
             # one that can grow (the autoscaler's price expander over its node groups).
@@ -236,27 +246,6 @@ class Waiting:
                 if before is None or (now_refused[0] >= before[0] and now_refused[1] <= before[1]):
                     refused[shape] = now_refused
         return actions
-
-    def _late_pool(
-        self, choice: _Choice, spec: SimJob, late: Late, actions: list[Action], ends: float
-    ) -> str | None:
-        """A pool of the choice's offer past its lifetime, with work that ends after `ends`, that
-        holds the job as it is or grown within the node cap; its room taken."""
-        offer = choice.offer
-        for name, (free, until) in late.get(offer.key, {}).items():
-            if ends > until:
-                continue
-            if first_fit(free, spec.gpus_per_pod, spec.pods) is None:
-                if len(free) + choice.nodes > self._max_nodes:
-                    continue
-                free.extend([offer.gpus] * choice.nodes)
-                actions.append(
-                    ResizePool(name, len(free), "waited long enough", _cost(choice, spec))
-                )
-            for k in first_fit(free, spec.gpus_per_pod, spec.pods) or []:
-                free[k] -= spec.gpus_per_pod
-            return name
-        return None
 
     def _within(self, i: int, world: World) -> int:
         """How many of job i's offers, the cheapest first, are within the per-job cost cap."""
@@ -291,8 +280,12 @@ class Waiting:
         known = self._rooms.get(mine)
         if known is None:  # an offer's key made and hashed once a decision, not once a job
             key = offer.key
-            known = self._rooms[mine] = (room.setdefault(key, {}), sizes.setdefault(key, {}))
-        same, nodes = known
+            known = self._rooms[mine] = (
+                room.setdefault(key, {}),
+                sizes.setdefault(key, {}),
+                late.get(key),
+            )
+        same, nodes, lapsed = known
         pool = None
         if mine not in self._no_fit:
             pool = _with_room(same, spec.gpus_per_pod, spec.pods)
@@ -322,7 +315,9 @@ class Waiting:
                 pool = next((n for n, k in nodes.items() if k <= limit), None)
             if pool is None:
                 self._no_growth.add(mine)
-                return self._late_pool(choice, spec, late, actions, ends)
+                if lapsed is None:
+                    return None
+                return _late_pool(choice, spec, lapsed, actions, ends, self._max_nodes)
             nodes[pool] += choice.nodes
             self._no_fit.clear()
             actions.append(ResizePool(pool, nodes[pool], "waited long enough", _cost(choice, spec)))
@@ -337,6 +332,32 @@ class Waiting:
 def _cost(choice: _Choice, spec: SimJob) -> Money:
     """What the choice's nodes cost for the job's run: asked only of a pool made or grown."""
     return Money(choice.offer.hourly.micros * choice.nodes * spec.duration // 3600, "USD")
+
+
+def _late_pool(
+    choice: _Choice,
+    spec: SimJob,
+    lapsed: dict[str, tuple[list[int], float]],
+    actions: list[Action],
+    ends: float,
+    max_nodes: int,
+) -> str | None:
+    """One of `lapsed` (the pools of the choice's offer past their lifetime), with work that
+    ends after `ends`, that holds the job as it is or grown to at most `max_nodes`; its room
+    taken."""
+    offer = choice.offer
+    for name, (free, until) in lapsed.items():
+        if ends > until:
+            continue
+        if first_fit(free, spec.gpus_per_pod, spec.pods) is None:
+            if len(free) + choice.nodes > max_nodes:
+                continue
+            free.extend([offer.gpus] * choice.nodes)
+            actions.append(ResizePool(name, len(free), "waited long enough", _cost(choice, spec)))
+        for k in first_fit(free, spec.gpus_per_pod, spec.pods) or []:
+            free[k] -= spec.gpus_per_pod
+        return name
+    return None
 
 
 def _with_room(pools: dict[str, list[int]], per_pod: int, pods: int) -> str | None:
