@@ -231,6 +231,21 @@ def test_a_baseline_pool_past_its_lifetime_takes_only_work_that_ends_before_its_
     assert started is not None and started > 25 * 3600
 
 
+def test_a_job_refused_a_lapsed_pool_does_not_refuse_a_shorter_one_of_its_shape_behind_it() -> None:
+    # As above, with both jobs queued a day later at once, the longer first: it would end after
+    # the lapsed pools' work and is refused; the shorter one behind it, of the same shape, still
+    # grows one of them in the same decision rather than waiting for a pool of its own.
+    hog = job("hog", 0, 48 * 3600, 8, 10**7)
+    long_runs = [job(f"l{k}", 10, 25 * 3600, 8, 10**7) for k in range(4)]
+    long = job("long", 24 * 3600 + 100, 3 * 3600, 8, 10**7)
+    short = job("short", 24 * 3600 + 100, 1800, 8, 10**7)
+    world, _ = replay(baselines.no_wait(CFG, POLICY, OFFERS), [hog, *long_runs, long, short])
+    started = world.jobs[6].started
+    assert started is not None and started < 25 * 3600, started
+    started = world.jobs[5].started
+    assert started is not None and started > 25 * 3600
+
+
 def test_a_job_refused_at_the_pool_cap_takes_the_room_a_cloud_job_leaves_at_the_next_tick() -> None:
     # One pool of one node allowed. `a` (8 GPUs, 1 h) has it from 330 s to 3,930 s; `b` comes at
     # 20 s and is refused at the cap. When `a` ends, the service's next pass would plan `b` into
