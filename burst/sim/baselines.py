@@ -193,16 +193,13 @@ class Waiting:
             self._world, self._waits = world, {}
         self._rooms, self._no_fit, self._no_growth = {}, set(), set()
         waits = self._waits
-        # At the pool cap, per pod shape and for each count n of offers (cheapest first), the
-        # shortest runtime told of a job refused among n or more of them: one of that shape among
-        # n or fewer that runs no shorter finds no pool either (any runtime, with no pool past
-        # its lifetime; with one, a longer run ends later still), until a pool grows (the new
-        # nodes may have GPUs left over; otherwise room only shrinks within a decision). A replay
-        # under config/'s caps holds thousands past their wait, of a few shapes and offer counts.
-        refused: dict[tuple[int, int, str | None], list[int]] = {}
-        now, cap, jobs = world.now, self.queue_cap, world.jobs  # bound once: thousands a decision
+        # At the pool cap, the most offers (cheapest first) a pod shape has found no pool among:
+        # one of that shape with as many or fewer finds none either, until a pool grows (the
+        # new nodes may have GPUs left over; otherwise room only shrinks within a decision).
+        # With pools past their lifetime, a job that runs no shorter is refused too.
+        refused: dict[tuple[int, int, str | None], tuple[int, int]] = {}
         for place, i in enumerate(world.queued()):
-            job = jobs[i]
+            job = world.jobs[i]
             known = waits.get(i)
             if known is None:
                 spec, told = job.spec, runtime_told(world, i)
@@ -215,19 +212,18 @@ class Waiting:
                     shape,
                 )
             submit, wait, within, told, shape = known
-            if job.planned_pool is not None or not (
-                now - submit >= wait or (cap is not None and place >= cap)
-            ):
+            capped = self.queue_cap is not None and place >= self.queue_cap
+            if job.planned_pool is not None or not (world.now - submit >= wait or capped):
                 continue
-            shortest = refused.get(shape)
-            if shortest is not None and within < len(shortest) and told >= shortest[within]:
+            before = refused.get(shape)
+            if before is not None and within <= before[0] and told >= before[1]:
                 continue
             spec = job.spec
             choices = self._choices(spec, world.asks[i])[0][:within]
             # The cheapest offer: a pool of it with room, else a new one while under the pool
             # cap; at the cap, each offer in turn, cheapest first: a pool of it with room, or
             # one that can grow (the autoscaler's price expander over its node groups).
-            ends = now + told
+            ends = world.now + told
             for k, choice in enumerate(choices):
                 asked = len(actions)
                 found = self._pool(choice, spec, room, sizes, late, actions, ends, new=k == 0)
@@ -246,7 +242,9 @@ class Waiting:
                     )
                     break
             else:
-                _refuse(refused.setdefault(shape, []), len(choices), told if late else 0)
+                now_refused = (len(choices), told if late else 0)
+                if before is None or (now_refused[0] >= before[0] and now_refused[1] <= before[1]):
+                    refused[shape] = now_refused
         return actions
 
     def _within(self, i: int, world: World) -> int:
@@ -360,14 +358,6 @@ def _late_pool(
             free[k] -= spec.gpus_per_pod
         return name
     return None
-
-
-def _refuse(shortest: list[int], offers: int, told: int) -> None:
-    """A job told `told` was refused among `offers` offers: for each count n up to it, the
-    shortest runtime told of a job refused among n or more offers (Waiting.decide)."""
-    shortest.extend([told] * (offers + 1 - len(shortest)))
-    for n in range(offers + 1):
-        shortest[n] = min(shortest[n], told)
 
 
 def _with_room(pools: dict[str, list[int]], per_pod: int, pods: int) -> str | None:
