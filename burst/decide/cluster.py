@@ -119,6 +119,35 @@ class Product(Nodes):
         self.clock = now  # start of the last workload that started here (FIFO: none before)
         self.releases = releases  # heap of (time, node, GPUs)
 
+    def start_pod(self, per_pod: int) -> tuple[int, datetime] | None:
+        """One pod of `per_pod` GPUs (more than 0) started as soon as a node has them: releases
+        taken in time order until one does, its GPUs taken there; (that node, when), or None,
+        nothing taken, when the releases run out first (more held than the nodes have). While
+        no node has them, a release can give them only to its own node, which is then the first
+        fit: each node's GPUs change once, by what it gains less what it gives, rather than
+        release by release and again for the pod (most of a replay's waiting queue is one pod
+        each, stepped through on every plan)."""
+        if self._tree[1] >= per_pod:
+            return self.place(per_pod, 1)[0], self.clock
+        free, releases, clock = self.free, self.releases, self.clock
+        popped: list[tuple[datetime, int, int]] = []
+        gained: dict[int, int] = {}
+        while releases:
+            at, node, gpus = heapq.heappop(releases)
+            popped.append((at, node, gpus))
+            if at > clock:
+                clock = at
+            gained[node] = gained.get(node, 0) + gpus
+            if free[node] + gained[node] >= per_pod:
+                gained[node] -= per_pod
+                for k, gpus in gained.items():
+                    self.add(k, gpus)
+                self.clock = clock
+                return node, clock
+        for release in popped:
+            heapq.heappush(releases, release)
+        return None
+
 
 def products(onprem: OnPrem, now: datetime) -> dict[str, Product]:
     """Each product's nodes from the node list, less what runs on them; a product with none

@@ -165,15 +165,20 @@ class QueueSweep(Sweep):
         name = self.product_of(w)
         p = self._products.get(name) if name else None
         per, pods = w.gpus_per_pod, w.pods
+        self._pending = None
         if p is None or not p.could_fit(per, pods):
-            self._pending = None
+            return
+        if pods == 1 and per > 0:
+            started = p.start_pod(per)
+            if started is not None:
+                self._left.clear()  # the nodes change
+                heapq.heappush(p.releases, (started[1] + runtime, started[0], per))
             return
         popped: list[tuple[datetime, int, int]] = []
         releases, clock = p.releases, p.clock
         while not p.fits(per, pods):
             if not releases:  # more held than the nodes have (an inconsistent listing)
                 _give_back(p, popped)
-                self._pending = None
                 return
             at, node, gpus = heapq.heappop(releases)
             popped.append((at, node, gpus))
@@ -185,7 +190,6 @@ class QueueSweep(Sweep):
         end = clock + runtime
         for node in p.place(per, pods):
             heapq.heappush(releases, (end, node, per))
-        self._pending = None
 
     def leaves(self, w: Workload, runtime: timedelta) -> None:
         """As Sweep.leaves, without taking the releases where one of its product and pod shape

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burst.decide.cluster import Nodes
-from burst.decide.onprem import estimate_all, queue_order
+from burst.decide.onprem import estimate_all, queue_order, queue_sweep
 from burst.model import OnPrem, OnPremNode, RunningWorkload
 from tests.builders import NOW, workload
 
@@ -282,6 +282,27 @@ def test_a_strict_estimate_is_that_of_the_queue_without_those_that_left_ahead(
         ahead = [x for x in pending[:i] if x.uid not in leaving]
         alone = estimate_all(onprem, [*ahead, w], runtimes, NOW)
         assert est[w.uid] == alone[w.uid], w
+
+
+@settings(max_examples=300, deadline=None)
+@given(queues(), st.data())
+def test_a_workload_that_stays_unestimated_holds_what_its_estimate_would(scenario, data) -> None:
+    """A strict sweep's `stays` (no estimate made, a pod started in one step) leaves every
+    estimate after it as estimating the workload and staying it would (estimate_all)."""
+    onprem, pending, runtimes, leaving = scenario
+    unread = data.draw(st.sets(st.sampled_from([w.uid for w in pending])))
+    expected = estimate_all(onprem, pending, runtimes, NOW, leaving)
+    sweep = queue_sweep(onprem, NOW, "StrictFIFO", pending, runtimes)
+    for w in sorted(pending, key=queue_order):
+        if w.uid in unread and w.uid not in leaving:
+            sweep.stays(w, runtimes[w.uid])
+            continue
+        est = sweep.estimate(w, runtimes[w.uid])
+        assert est == expected[w.uid], w
+        if w.uid in leaving:
+            sweep.leave()
+        else:
+            sweep.stay(w, est)
 
 
 @given(queues())
