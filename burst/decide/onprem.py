@@ -160,36 +160,19 @@ class QueueSweep(Sweep):
         return Estimate(name, clock, clock + runtime)
 
     def stays(self, w: Workload, runtime: timedelta) -> None:
-        """As Sweep.stays, in one step: nobody reads its estimate. Three in four of those a
-        Philly replay with config/ walks stay so (refused unpriced, or settled), each plan."""
-        name = self.product_of(w)
+        """As Sweep.stays; a one-pod workload in one step, no estimate made (Product.start_pod).
+        Three in four of those a Philly replay with config/ walks stay so (refused unpriced, or
+        settled), on every plan, and most are one pod."""
+        name, per = self.product_of(w), w.gpus_per_pod
         p = self._products.get(name) if name else None
-        per, pods = w.gpus_per_pod, w.pods
+        if p is None or w.pods != 1 or per <= 0 or not p.could_fit(per, 1):
+            super().stays(w, runtime)
+            return
         self._pending = None
-        if p is None or not p.could_fit(per, pods):
-            return
-        if pods == 1 and per > 0:
-            started = p.start_pod(per)
-            if started is not None:
-                self._left.clear()  # the nodes change
-                heapq.heappush(p.releases, (started[1] + runtime, started[0], per))
-            return
-        popped: list[tuple[datetime, int, int]] = []
-        releases, clock = p.releases, p.clock
-        while not p.fits(per, pods):
-            if not releases:  # more held than the nodes have (an inconsistent listing)
-                _give_back(p, popped)
-                return
-            at, node, gpus = heapq.heappop(releases)
-            popped.append((at, node, gpus))
-            p.add(node, gpus)
-            if at > clock:
-                clock = at
-        self._left.clear()  # the nodes change
-        p.clock = clock
-        end = clock + runtime
-        for node in p.place(per, pods):
-            heapq.heappush(releases, (end, node, per))
+        started = p.start_pod(per)
+        if started is not None:
+            self._left.clear()  # the nodes change
+            heapq.heappush(p.releases, (started[1] + runtime, started[0], per))
 
     def leaves(self, w: Workload, runtime: timedelta) -> None:
         """As Sweep.leaves, without taking the releases where one of its product and pod shape

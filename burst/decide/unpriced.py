@@ -91,9 +91,9 @@ class SpentBudgets:
     of the offers and the policy's pools (a reuse bills all its GPUs, a new pool or a growth whole
     nodes, each holding a pod); at the limit only the policy's pools are left, and each at least
     the share of its node a reuse bills, or the nodes a growth adds. The lowest prices, and the
-    most each budget may be asked, are known per policy and pod shape until the placement next
-    takes room (a pool may open or fill, a budget is charged). A Philly replay with config/ held hundreds under a
-    spent team budget, each priced on every plan, early and late, only to be refused for it."""
+    most each budget may be asked, are known until the placement next takes room (a pool may
+    open or fill, a budget is charged). A Philly replay with config/ held hundreds under a spent
+    team budget, each priced on every plan, early and late, only to be refused for it."""
 
     def __init__(self) -> None:
         # Per policy and pod shape: (a run's least cost an hour, as a fraction's numerator and
