@@ -12,6 +12,7 @@ import heapq
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
+from typing import NamedTuple
 
 from burst.model import OnPrem, RunningWorkload
 
@@ -91,16 +92,20 @@ class Nodes:
         """First fit: the node of each pod (the first with its GPUs free), taken (they must
         fit)."""
         nodes: list[int] = []
-        tree, leaves = self._tree, self._leaves
         for _ in range(pods if per_pod > 0 else 0):
-            if tree[1] < per_pod:
+            if self._tree[1] < per_pod:
                 break
-            i = 1
-            while i < leaves:
-                i = 2 * i if tree[2 * i] >= per_pod else 2 * i + 1
-            nodes.append(i - leaves)
-            self.add(i - leaves, -per_pod)
+            node = self.first_fit(per_pod)
+            nodes.append(node)
+            self.add(node, -per_pod)
         return nodes
+
+    def first_fit(self, per_pod: int) -> int:
+        """The first node with `per_pod` GPUs free (one must have them), down the max tree."""
+        tree, leaves, i = self._tree, self._leaves, 1
+        while i < leaves:
+            i = 2 * i if tree[2 * i] >= per_pod else 2 * i + 1
+        return i - leaves
 
 
 class Product(Nodes):
@@ -119,16 +124,17 @@ class Product(Nodes):
         self.clock = now  # start of the last workload that started here (FIFO: none before)
         self.releases = releases  # heap of (time, node, GPUs)
 
-    def start_pod(self, per_pod: int) -> tuple[int, datetime] | None:
-        """One pod of `per_pod` GPUs (more than 0) started as soon as a node has them: releases
-        taken in time order until one does, its GPUs taken there; (that node, when), or None,
-        nothing taken, when the releases run out first (more held than the nodes have). While
-        no node has them, a release can give them only to its own node, which is then the first
-        fit: each node's GPUs change once, by what it gains less what it gives, rather than
-        release by release and again for the pod (most of a replay's waiting queue is one pod
-        each, stepped through on every plan)."""
+    def first_start(self, per_pod: int) -> Start | None:
+        """Where and when one pod of `per_pod` GPUs (more than 0) would start: releases taken off
+        the heap in time order until a node has them, the nodes left as they were (`take()`
+        starts it, `give_back()` undoes it); None, the releases put back, when they run out
+        first (more held than the nodes have). While no node has the GPUs, a release can give
+        them only to its own node, which is then the first fit: each node's GPUs change once, at
+        `take()`, by what it gains less what it gives, rather than release by release, again for
+        the pod, and back for one that leaves (most of a replay's waiting queue is one pod each,
+        stepped through on every plan)."""
         if self._tree[1] >= per_pod:
-            return self.place(per_pod, 1)[0], self.clock
+            return Start(self.first_fit(per_pod), self.clock, [], {})
         free, releases, clock = self.free, self.releases, self.clock
         popped: list[tuple[datetime, int, int]] = []
         gained: dict[int, int] = {}
@@ -139,14 +145,33 @@ class Product(Nodes):
                 clock = at
             gained[node] = gained.get(node, 0) + gpus
             if free[node] + gained[node] >= per_pod:
-                gained[node] -= per_pod
-                for k, gpus in gained.items():
-                    self.add(k, gpus)
-                self.clock = clock
-                return node, clock
-        for release in popped:
-            heapq.heappush(releases, release)
+                return Start(node, clock, popped, gained)
+        self.give_back(popped)
         return None
+
+    def take(self, start: Start, per_pod: int) -> None:
+        """The pod of `first_start()` started: its node's GPUs taken, the releases' given."""
+        node = start.node
+        for k, gpus in start.gained.items():
+            self.add(k, gpus - per_pod if k == node else gpus)
+        if node not in start.gained:
+            self.add(node, -per_pod)
+        self.clock = start.at
+
+    def give_back(self, popped: list[tuple[datetime, int, int]]) -> None:
+        """Releases taken off the heap, and not given to the nodes, put back to wait."""
+        for release in popped:
+            heapq.heappush(self.releases, release)
+
+
+class Start(NamedTuple):
+    """Where and when a pod would start (Product.first_start): its node, its start, the releases
+    taken for it and what each node gains from them."""
+
+    node: int
+    at: datetime
+    popped: list[tuple[datetime, int, int]]
+    gained: dict[int, int]
 
 
 def products(onprem: OnPrem, now: datetime) -> dict[str, Product]:

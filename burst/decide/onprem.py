@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
-from burst.decide.cluster import Product, largest_product, products
+from burst.decide.cluster import Product, Start, largest_product, products
 from burst.decide.firstfit import FirstFitRun
 from burst.model import OnPrem, Workload
 
@@ -113,8 +113,9 @@ def queue_sweep(
     return QueueSweep(onprem, now)
 
 
-# (product, pods' GPUs, pods, releases taken or None, start): an estimate not yet stayed or left
-_Taken = tuple[str, int, int, list[tuple[datetime, int, int]] | None, datetime]
+# (product, pods' GPUs, pods, releases taken or None, start, and for one pod where it starts, its
+# releases not yet given to the nodes): an estimate not yet stayed or left
+_Taken = tuple[str, int, int, list[tuple[datetime, int, int]] | None, datetime, Start | None]
 
 
 class QueueSweep(Sweep):
@@ -132,18 +133,27 @@ class QueueSweep(Sweep):
         self._starts: dict[str, datetime] = {}  # of those that left at such a known start
 
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
-        """Takes releases, in time order, until the pods fit (undone by leave())."""
+        """Takes releases, in time order, until the pods fit (undone by leave()); for one pod,
+        without giving them to the nodes until it stays (Product.first_start)."""
         name = self.product_of(w)
         per, pods = w.gpus_per_pod, w.pods
         left = self._left.get((name, per, pods))
         if left is not None:
             assert name is not None
-            self._pending = (name, per, pods, None, left)
+            self._pending = (name, per, pods, None, left, None)
             return Estimate(name, left, left + runtime)
         p = self._products.get(name) if name else None
         if p is None or not p.could_fit(per, pods):
             self._pending = None
             return Estimate(name, None, None)
+        assert name is not None
+        if pods == 1 and per > 0:
+            start = p.first_start(per)
+            if start is None:  # more held than the nodes have (an inconsistent listing)
+                self._pending = None
+                return Estimate(name, None, None)
+            self._pending = (name, per, pods, start.popped, start.at, start)
+            return Estimate(name, start.at, start.at + runtime)
         popped: list[tuple[datetime, int, int]] = []
         clock = p.clock
         while not p.fits(per, pods):
@@ -155,13 +165,11 @@ class QueueSweep(Sweep):
             popped.append((at, node, gpus))
             p.add(node, gpus)
             clock = max(clock, at)
-        assert name is not None
-        self._pending = (name, per, pods, popped, clock)
+        self._pending = (name, per, pods, popped, clock, None)
         return Estimate(name, clock, clock + runtime)
 
     def stays(self, w: Workload, runtime: timedelta) -> None:
-        """As Sweep.stays; a one-pod workload in one step, no estimate made (Product.start_pod).
-        Three in four of those a Philly replay with config/ walks stay so (refused unpriced, or
+        """As Sweep.stays; a one-pod workload in one step, no estimate made. Three in four of those a Philly replay with config/ walks stay so (refused unpriced, or
         settled), on every plan, and most are one pod."""
         name, per = self.product_of(w), w.gpus_per_pod
         p = self._products.get(name) if name else None
@@ -169,10 +177,11 @@ class QueueSweep(Sweep):
             super().stays(w, runtime)
             return
         self._pending = None
-        started = p.start_pod(per)
-        if started is not None:
+        start = p.first_start(per)
+        if start is not None:
             self._left.clear()  # the nodes change
-            heapq.heappush(p.releases, (started[1] + runtime, started[0], per))
+            p.take(start, per)
+            heapq.heappush(p.releases, (start.at + runtime, start.node, per))
 
     def leaves(self, w: Workload, runtime: timedelta) -> None:
         """As Sweep.leaves, without taking the releases where one of its product and pod shape
@@ -197,17 +206,23 @@ class QueueSweep(Sweep):
         if self._pending[3] is None:  # estimated from the last that left: take the releases
             self.estimate(w, estimate.finish - estimate.start)
             assert self._pending is not None
-        name, _, _, _, clock = self._pending
+        name, per, pods, _, clock, start = self._pending
         p = self._products[name]
-        p.clock = clock
-        for node in p.place(w.gpus_per_pod, w.pods):
-            heapq.heappush(p.releases, (estimate.finish, node, w.gpus_per_pod))
+        if start is not None:
+            p.take(start, per)
+            heapq.heappush(p.releases, (estimate.finish, start.node, per))
+        else:
+            p.clock = clock
+            for node in p.place(per, pods):
+                heapq.heappush(p.releases, (estimate.finish, node, per))
         self._pending = None
 
     def leave(self) -> None:
         if self._pending is not None:
-            name, per, pods, popped, clock = self._pending
-            if popped is not None:
+            name, per, pods, popped, clock, start = self._pending
+            if start is not None:
+                self._products[name].give_back(popped or [])
+            elif popped is not None:
                 _give_back(self._products[name], popped)
             self._left[(name, per, pods)] = clock
         self._pending = None
