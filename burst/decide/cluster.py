@@ -149,6 +149,20 @@ class Product(Nodes):
         self.give_back(popped)
         return None
 
+    def start_pod(self, per_pod: int) -> tuple[int, datetime] | None:
+        """One pod of `per_pod` GPUs (more than 0) started as first_start() finds it: (its node,
+        when), or None. Most pods a replay's plan stays this way find their GPUs on the node the
+        last release freed, free now: they take them with no Start made."""
+        if self._tree[1] >= per_pod:
+            node = self.first_fit(per_pod)
+            self.add(node, -per_pod)
+            return node, self.clock
+        start = self.first_start(per_pod)
+        if start is None:
+            return None
+        self.take(start, per_pod)
+        return start.node, start.at
+
     def take(self, start: Start, per_pod: int) -> None:
         """The pod of `first_start()` started: its node's GPUs taken, the releases' given."""
         node = start.node

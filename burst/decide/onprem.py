@@ -177,11 +177,10 @@ class QueueSweep(Sweep):
             super().stays(w, runtime)
             return
         self._pending = None
-        start = p.first_start(per)
-        if start is not None:
+        started = p.start_pod(per)
+        if started is not None:
             self._left.clear()  # the nodes change
-            p.take(start, per)
-            heapq.heappush(p.releases, (start.at + runtime, start.node, per))
+            heapq.heappush(p.releases, (started[1] + runtime, started[0], per))
 
     def leaves(self, w: Workload, runtime: timedelta) -> None:
         """As Sweep.leaves, without taking the releases where one of its product and pod shape
