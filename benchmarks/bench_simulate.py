@@ -8,6 +8,10 @@ one more (policy "all") with the seconds of the five replays together: what
 `burst simulate --trace philly -c docs/examples/simulate --baselines` spends replaying.
 
     python benchmarks/bench_simulate.py [--traces openb,philly,philly-100k] [--baselines philly]
+        [--config config]
+
+`--config` replays under another configuration folder, as `burst simulate -c` does (the shipped
+`config/`: each policy's share of `burst simulate --trace philly -c config/ --baselines`).
 """
 
 from __future__ import annotations
@@ -58,17 +62,21 @@ def main() -> None:
     parser.add_argument(
         "--baselines", default="philly", help="Traces also replayed under the four baselines."
     )
+    parser.add_argument(
+        "--config", default=str(ROOT / "docs" / "examples" / "simulate"), help="Configuration."
+    )
     parser.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not args.in_process and "," in args.traces:
         # One process per trace: what one replay leaves in memory does not slow the next.
         for name in args.traces.split(","):
             command = [sys.executable, __file__, "--traces", name, "--baselines", args.baselines]
+            command += ["--config", args.config]
             subprocess.run([*command, "--in-process"], check=True)
         return
     shipped = catalog.shipped()
     cfg = config.load(
-        [ROOT / "docs" / "examples" / "simulate"],
+        [Path(args.config)],
         config.Vocabulary(shipped.regions(), shipped.accelerators()),
     )
     assert cfg.service is not None
