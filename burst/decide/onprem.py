@@ -15,9 +15,11 @@ A workload whose pods do not fit its product's nodes even when all are free neve
 workload the decision sends to a cloud leaves the queue, so those behind it move up:
 `estimate()` looks without committing, `stay()` commits and `leave()` takes the workload out;
 `stays()` and `leaves()` do so for one whose estimate decides nothing (it stays whatever, or its
-wait sends it whatever), which a best-effort run need not run to. Modelling BestEffortFIFO with reservations instead (each workload at the first gap its run fits,
-around those ahead: conservative backfilling) expected large jobs to start long before the
-cluster starts them: on OpenB they burst late and dear (1,501 CHF against 1,169 CHF).
+wait sends it whatever), which a best-effort run need not run to, and a strict one stays with no
+estimate made. Modelling BestEffortFIFO with reservations instead (each workload at the first
+gap its run fits, around those ahead: conservative backfilling) expected large jobs to start
+long before the cluster starts them: on OpenB they burst late and dear (1,501 CHF against 1,169
+CHF).
 """
 
 from __future__ import annotations
@@ -169,8 +171,9 @@ class QueueSweep(Sweep):
         return Estimate(name, clock, clock + runtime)
 
     def stays(self, w: Workload, runtime: timedelta) -> None:
-        """As Sweep.stays; a one-pod workload in one step, no estimate made. Three in four of those a Philly replay with config/ walks stay so (refused unpriced, or
-        settled), on every plan, and most are one pod."""
+        """As Sweep.stays; a one-pod workload in one step, no estimate made. Three in four of
+        those a Philly replay with config/ walks stay so (refused unpriced, or settled), on
+        every plan, and most are one pod."""
         name, per = self.product_of(w), w.gpus_per_pod
         p = self._products.get(name) if name else None
         if p is None or w.pods != 1 or per <= 0 or not p.could_fit(per, 1):
@@ -220,7 +223,7 @@ class QueueSweep(Sweep):
         if self._pending is not None:
             name, per, pods, popped, clock, start = self._pending
             if start is not None:
-                self._products[name].give_back(popped or [])
+                self._products[name].give_back(start.popped)
             elif popped is not None:
                 _give_back(self._products[name], popped)
             self._left[(name, per, pods)] = clock
