@@ -46,6 +46,19 @@ class Rates:
         """`money` in USD micro-units, rounded down: a cap converted never grows."""
         return int(Decimal(money.micros) / self._rate(money.currency))
 
+    def most_usd(self, left: Money) -> int:
+        """The most USD micro-units that convert (rounded up, as from_usd) to no more than `left`;
+        -1 when nothing is left. The planner compares what each of thousands of waiting workloads
+        asks of a spent budget with it as an integer, rather than converting each."""
+        if left.micros < 0:
+            return -1
+        most = self.to_usd(left)  # rounded down: within a micro-unit of the answer
+        while self.from_usd(most + 1, left.currency) <= left:
+            most += 1
+        while most >= 0 and self.from_usd(most, left.currency) > left:
+            most -= 1
+        return most
+
 
 def node_cost(hourly_micros: int, nodes: int, duration: timedelta) -> int:
     return math.ceil(hourly_micros * nodes * int(duration.total_seconds()) / 3600)

@@ -231,10 +231,11 @@ class QueueSweep(Sweep):
 
 
 def _give_back(p: Product, popped: list[tuple[datetime, int, int]]) -> None:
-    """Undo an estimate: the releases it took go back to wait."""
-    for at, node, gpus in popped:
+    """Undo an estimate: what the releases it took gave the nodes, taken back; they go back to
+    wait."""
+    for _, node, gpus in popped:
         p.add(node, -gpus)
-        heapq.heappush(p.releases, (at, node, gpus))
+    p.give_back(popped)
 
 
 def estimate_all(

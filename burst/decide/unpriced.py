@@ -125,7 +125,7 @@ class SpentBudgets:
         for b in hard:
             most = self._most.get(b.name)
             if most is None:  # what is left changes only when room is taken (clear())
-                most = self._most[b.name] = most_asked(budgets.rates, budgets.remaining[b.name])
+                most = self._most[b.name] = budgets.rates.most_usd(budgets.remaining[b.name])
             if asked > most:  # worded only when read
                 return Words(_spent, b.name, budgets.remaining[b.name], budgets.rates, asked)
         return None
@@ -135,20 +135,6 @@ class SpentBudgets:
             self._lowest = {}
         if self._most:
             self._most = {}
-
-
-def most_asked(rates: Rates, left: Money) -> int:
-    """The most USD micros a budget with `left` may be asked: what converts (rounded up) to no
-    more than it; -1 when it has nothing left. Compared as an integer, as each of thousands of
-    waiting workloads is asked, rather than converted and compared as money."""
-    if left.micros < 0:
-        return -1
-    most = rates.to_usd(left)  # rounded down: within a micro of the answer
-    while rates.from_usd(most + 1, left.currency) <= left:
-        most += 1
-    while most >= 0 and rates.from_usd(most, left.currency) > left:
-        most -= 1
-    return most
 
 
 def _spent(budget: str, left: Money, rates: Rates, asked: int) -> str:

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from burst.amounts import CurrencyError, Money, check_currency, to_micros
 from burst.decide.caps import Rates
-from burst.decide.unpriced import most_asked
 from burst.durations import DurationError, format_duration, parse_duration
 
 
@@ -98,11 +97,11 @@ def test_money_sums_are_exact(amounts: list[int]) -> None:
 def test_the_most_a_budget_may_be_asked_converts_to_no_more_than_is_left(
     left_micros: int, rate: Decimal
 ) -> None:
-    """unpriced.most_asked: the plan compares what a workload asks with it as an integer, for the
+    """Rates.most_usd: the plan compares what a workload asks with it as an integer, for the
     conversion rounded up and compared as money."""
     rates = Rates({"CHF": rate})
     left = Money(left_micros, "CHF")
-    most = most_asked(rates, left)
+    most = rates.most_usd(left)
     assert most >= -1
     if most >= 0:
         assert rates.from_usd(most, "CHF") <= left
