@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
-from burst.config import TargetSpec
+from burst.config import BurstPolicy, TargetSpec
 from burst.decide.candidates import (
     Candidate,
     Candidates,
@@ -32,7 +32,7 @@ from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_reuse
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets, at_pool_limit, kind_of
 from burst.decide.wording import Words, at, usd
-from burst.model import CapacityType, Dispatch, OfferKey
+from burst.model import CapacityType, Dispatch, OfferKey, Workload
 
 
 class Placement:
@@ -65,19 +65,19 @@ class Placement:
         self._targets_of: dict[str, tuple[list[TargetSpec], timedelta]] = {}
         self._fastest: dict[tuple[int, tuple[CapacityType, ...]], timedelta | None] = {}
 
-    def spot_ok(self, want: Want) -> bool:
-        # Asked again when a workload is refused and placed late: its policy, deadline and
-        # runtime, all that spot depends on, stay the same throughout the plan.
-        found = self._spot_ok.get(want.w.uid)
+    def spot_ok(self, w: Workload, policy: BurstPolicy, runtime: timedelta) -> bool:
+        # Asked unpriced (NoRoom), and again when a workload is refused and placed late: its
+        # policy, deadline and runtime, all that spot depends on, stay the same throughout the plan.
+        found = self._spot_ok.get(w.uid)
         if found is None:
-            name = want.policy.metadata.name
+            name = policy.metadata.name
             of_policy = self._targets_of.get(name)
             if of_policy is None:  # per policy: thousands of workloads share a few policies
-                names = want.policy.spec.placement.targets
+                names = policy.spec.placement.targets
                 targets = [self.targets[t] for t in names if t in self.targets]
                 slowest = max((t.provisioning for t in targets), default=timedelta(0))
                 of_policy = self._targets_of[name] = (targets, slowest)
-            found = self._spot_ok[want.w.uid] = spot_allowed(want, *of_policy, self.now)
+            found = self._spot_ok[w.uid] = spot_allowed(w, policy, runtime, *of_policy, self.now)
         return found
 
     def max_cost_usd(self, want: Want) -> int | None:
@@ -137,7 +137,7 @@ class Placement:
         self, want: Want, capacities: tuple[CapacityType, ...] | None = None
     ) -> datetime | None:
         """Now + the fastest provisioning of a target with an offer for `want` + its runtime."""
-        caps = capacities or allowed_capacities(self.spot_ok(want))
+        caps = capacities or allowed_capacities(self.spot_ok(want.w, want.policy, want.runtime))
         shape = self.candidates.of(want.w, want.policy)
         key = (id(shape), caps)  # a shape is one object per kind of workload for the plan
         if key not in self._fastest:
@@ -155,7 +155,7 @@ class Placement:
         deadline = want.finish_by
         if at_limit and deadline is not None and self.now + want.runtime > deadline:
             return at_pool_limit(p)  # no pool ends it in time (launches, restarts: later still)
-        spot_ok = self.spot_ok(want)
+        spot_ok = self.spot_ok(w, p, want.runtime)
         max_cost_usd = self.max_cost_usd(want)
         refusals: list[str] = []
         by_capacity = self.candidates.of(w, p)

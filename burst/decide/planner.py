@@ -31,7 +31,9 @@ How it decides, in order:
 4. A workload refused in step 2 stays on-prem; the queue is simulated again with it, which may put
    others behind it at risk; they are placed in a next round. One refused at its price (only the
    time it saves sent it) is asked its other triggers again there: its first estimate had those
-   ahead that their price sent leave, and they stay.
+   ahead that their price sent leave, and they stay. One the placement refuses whatever sends it
+   (unpriced.py: no room it may use at the pool limit, a spent hard budget) stays from the first
+   round, so that the most urgent behind it is the one that takes the room.
 Every pending burstable workload ends with an action or a Skip that says why, in words.
 """
 

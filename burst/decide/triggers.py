@@ -179,41 +179,44 @@ def urgency(w: Workload, runtime: timedelta, now: datetime) -> tuple[datetime, d
 
 
 def spot_allowed(
-    want: Want, targets: Sequence[TargetSpec], slowest: timedelta, now: datetime
+    w: Workload,
+    policy: BurstPolicy,
+    runtime: timedelta,
+    targets: Sequence[TargetSpec],
+    slowest: timedelta,
+    now: datetime,
 ) -> bool:
-    """Whether `want` may run on spot on the policy's `targets`, whose slowest launch is
-    `slowest`."""
-    placement = want.policy.spec.placement
+    """Whether a run of `w` for `runtime` may be on spot on the policy's `targets`, whose slowest
+    launch is `slowest`. Its estimate has no part in it: the placement may ask it unpriced."""
+    placement = policy.spec.placement
     if placement.capacity == "on-demand":
         return False
-    if (want.w.lost_copy or want.w.fails_on_reclaim) and placement.capacity != "spot":
+    if (w.lost_copy or w.fails_on_reclaim) and placement.capacity != "spot":
         # Its run was cut short once; on spot it may be again, and start again from scratch (a
         # replay sent a run of 200 hours back to spot nineteen times). Or a reclaim would fail
         # the job, which on-prem would have run.
         return False
     if (
         placement.max_spot_delay is not None
-        and spot_delay(want, targets) > placement.max_spot_delay
+        and spot_delay(w, runtime, targets) > placement.max_spot_delay
     ):
         return False
-    if placement.capacity == "spot" or want.w.deadline is None:
+    if placement.capacity == "spot" or w.deadline is None:
         return True
     # spot-if-slack: an interruption costs a restart from scratch; the slack must absorb it.
-    one_run = slowest + want.runtime
-    return now + 2 * one_run <= want.w.deadline - safety_margin(
-        want.policy.spec.trigger, want.runtime
-    )
+    one_run = slowest + runtime
+    return now + 2 * one_run <= w.deadline - safety_margin(policy.spec.trigger, runtime)
 
 
-def spot_delay(want: Want, targets: Sequence[TargetSpec]) -> timedelta:
-    """How much later than on demand a run of `want` is expected to end on spot, on the target of
+def spot_delay(w: Workload, runtime: timedelta, targets: Sequence[TargetSpec]) -> timedelta:
+    """How much later than on demand a run of `w` is expected to end on spot, on the target of
     the most: its restarts from scratch and their launches, on a node per pod (expected_run); 0
     where no target knows its interruption rate. On realistic clouds, spot runs of many hours were
     what kept burst's mean completion time above compute-wait's on Philly."""
     worst = timedelta(0)
     for t in targets:
-        run, restarts = expected_run(t, "spot", want.w.pods, want.runtime)
-        worst = max(worst, run - want.runtime + restarts * t.provisioning)
+        run, restarts = expected_run(t, "spot", w.pods, runtime)
+        worst = max(worst, run - runtime + restarts * t.provisioning)
     return worst
 
 

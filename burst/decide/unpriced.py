@@ -71,7 +71,8 @@ class LateRefusals:
         self._shortest: dict[tuple[object, ...], timedelta] = {}
 
     def refuses(self, placement: Placement, want: Want) -> bool:
-        shortest = self._shortest.get(kind_of(want, placement.spot_ok(want)))
+        spot_ok = placement.spot_ok(want.w, want.policy, want.runtime)
+        shortest = self._shortest.get(kind_of(want, spot_ok))
         return shortest is not None and want.runtime >= shortest
 
     def add(self, kind: tuple[object, ...], runtime: timedelta) -> None:
@@ -142,26 +143,42 @@ def _spent(budget: str, left: Money, rates: Rates, asked: int) -> str:
     return f"budget {budget}: {max(left, Money.zero(left.currency))} left, needs at least {needs}"
 
 
+_Room = tuple[str | None, datetime | None]  # the refusal, and the latest end a drained pool allows
+
+
 class NoRoom:
     """The refusal any placement of a workload gets while its policy has no room for it at all:
-    at its pool limit, with no pool that holds it now or could grow to within its node limit
-    (deadlines and kinds of GPU aside), but for pools past their lifetime, which take only runs
-    that end before their own work (reuse.best_at_pool_limit). Known per policy and pod shape until
-    the placement next takes room, with the latest such end. A Philly replay with config/ held
-    thousands waiting at the limit, each priced on every pass only to be refused so, even after
-    the last room was taken."""
+    at its pool limit, with no pool it may use (target, kind of GPU, spot only if it may run on
+    spot) that holds it now or could grow to within its node limit (deadlines aside), but for
+    pools past their lifetime, which take only runs that end before their own work
+    (reuse.best_at_pool_limit). Known per policy, GPU request, spot allowed or not and pod shape
+    until the placement next takes room, with the latest such end. A Philly replay with config/
+    held thousands waiting at the limit, each priced on every pass only to be refused so, even
+    after the last room was taken; and hundreds a pass with no slack left for spot, while the
+    only room was on spot pools."""
 
     def __init__(self) -> None:
-        self._known: dict[tuple[str, int, int], tuple[str | None, datetime | None]] = {}
+        self._known: dict[tuple[object, ...], tuple[_Room, _Room]] = {}
         self._full: dict[str, bool] = {}
 
     def refusal(
         self, placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
     ) -> str | None:
-        key = (policy.metadata.name, w.gpus_per_pod, w.pods)
-        if key not in self._known:
-            self._known[key] = _no_room(placement, w, policy)
-        refusal, drained_by = self._known[key]
+        name = policy.metadata.name
+        if placement.pools_of_policy[name] < policy.spec.limits.max_pools:
+            return None  # a new pool may take it
+        key = (name, w.accelerator, w.gpus_per_pod, w.pods)
+        known = self._known.get(key)
+        if known is None:  # with spot allowed, and without
+            known = self._known[key] = (
+                _no_room(placement, w, policy, True),
+                _no_room(placement, w, policy, False),
+            )
+        # Whether it may run on spot is asked only where the room is on spot alone.
+        with_spot, without = known
+        refusal, drained_by = (
+            with_spot if with_spot == without or placement.spot_ok(w, policy, runtime) else without
+        )
         if drained_by is not None and placement.now + runtime <= drained_by:
             return None  # a pool past its lifetime may take it
         return refusal
@@ -235,16 +252,17 @@ def _lowest_rates(
     return min(r[0] for r in runs), min(r[1] for r in runs)
 
 
-def _no_room(
-    placement: Placement, w: Workload, policy: BurstPolicy
-) -> tuple[str | None, datetime | None]:
-    """The refusal for no room (None: there may be room), and the latest end of the work of a
-    pool past its lifetime that could hold `w`, as it is or grown (None: none could)."""
+def _no_room(placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bool) -> _Room:
+    """At the policy's pool limit: the refusal for no room (None: there may be room), and the
+    latest end of the work of a pool past its lifetime that could hold `w`, as it is or grown
+    (None: none could). Only the pools `w` may use count (placement._eligible_pools)."""
     limits, name = policy.spec.limits, policy.metadata.name
-    if placement.pools_of_policy[name] < limits.max_pools:
-        return None, None
+    eligible = placement.policy_pools[name].of_kind(
+        policy, w.accelerator, spot_ok, placement.catalog
+    )
+    draining = (p for p in placement.draining[name] if eligible.admits(p))
     drained_by: datetime | None = None
-    for pool in chain(placement.policy_pools[name].opened, placement.draining[name]):
+    for pool in chain(eligible.pools, draining):
         extra = pool.extra_nodes_for(w)
         if extra == 0 or (
             extra is not None

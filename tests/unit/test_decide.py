@@ -866,6 +866,40 @@ def test_a_refused_burst_stays_and_puts_the_next_at_risk() -> None:
     assert "est. on-prem finish 17:00 > 15:00 - 30m margin" in dispatches(plan)["second"].reason
 
 
+def test_one_no_pool_may_take_stays_from_the_first_round_and_the_next_most_urgent_takes_the_room() -> (
+    None
+):
+    # At the pool limit the only room is a GPU on a spot pool. `first` has no slack for a spot
+    # restart: no pool it may use has room, so it stays on-prem, and `second`, behind it, now
+    # misses its deadline. `second` is more urgent than `third` and takes the room; were `first`
+    # counted as leaving until refused, `second` would not want it yet and `third` would take it.
+    spec = policy_spec(
+        placement={"targets": ["aws-euc1"], "capacity": "spot-if-slack"},
+        limits={"maxPools": 1, "maxNodesPerPool": 1},
+    )
+    cfg = make_config(("ml", spec))
+    spot = _pool(
+        "aws-euc1-p3-8xlarge-spot-1",
+        offer=OfferKey("aws", "eu-central-1", "p3.8xlarge", "spot", "V100", 4),
+        free_gpus=(1,),
+    )
+    onprem = OnPrem({"V100": 1}, (RunningWorkload("r", "V100", 1, NOW + H),))  # free in 1 h
+    queue = tuple(
+        workload(name, deadline=NOW + due, expected_runtime=H, created=NOW - i * H)
+        for name, due, i in (
+            ("first", 2 * H, 3),  # on-prem: 2 h; on spot, 2 x (10 m + 1 h) leaves no slack
+            ("second", 3 * H, 2),  # on-prem: 3 h behind `first`, 2 h without it
+            ("third", 3 * H + timedelta(minutes=20), 1),  # on-prem: 3 h or later
+        )
+    )
+    snap = Snapshot(workloads=queue, onprem=onprem, pools=(spot,))
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    assert list(dispatches(plan)) == ["second"]
+    assert dispatches(plan)["second"].pool == spot.name
+    assert skip_reason(plan, "first").endswith("policy ml: max 1 pools reached")
+    assert decide.plan(snap, CATALOG, cfg, NOW, skips=False).actions == plan.actions
+
+
 def test_under_best_effort_a_refused_burst_that_stays_lets_a_small_one_behind_run_past() -> None:
     # 4 A100s, all free. `lost` (1 GPU) is past its deadline: it triggers, no cloud can meet it,
     # so it stays. `wide` (4 GPUs, not burstable) waits behind it, and `small` (1 GPU, 5 min,

@@ -24,7 +24,7 @@ from burst.decide.existing import UP_STATES
 from burst.decide.onprem import Estimate, estimate_all
 from burst.decide.placement import Placement
 from burst.decide.triggers import Want
-from burst.decide.unpriced import LateRefusals, SpentBudgets
+from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets
 from burst.model import (
     BudgetView,
     CancelDispatch,
@@ -331,18 +331,21 @@ def refusals_remembered_change_nothing(snap: Snapshot, cfg: Config, plan: Plan) 
 
 
 def refusals_for_no_room_are_what_pricing_gives(snap: Snapshot, cfg: Config, plan: Plan) -> None:
-    """A workload whose policy has no room for its pod shape is refused unpriced
-    (placement.NoRoom): priced with no deadline at all, it must be refused the same."""
-    place = Placement.place
+    """A workload no pool its policy lets it use has room for is refused unpriced
+    (unpriced.NoRoom), in the walk and in the placement: priced with no deadline at all, it must
+    be refused the same."""
+    refusal = NoRoom.refusal
 
-    def priced_too(self: Placement, want: Want) -> str | None:
-        refusal = place(self, want)
-        no_room = self.no_room.refusal(self, want.w, want.policy, want.runtime)
-        if refusal is not None and no_room == refusal:
-            assert self._place(replace(want, finish_by=None)) == refusal
-        return refusal
+    def priced_too(
+        self: NoRoom, placement: Placement, w: Workload, policy: Any, runtime: timedelta
+    ) -> str | None:
+        found = refusal(self, placement, w, policy, runtime)
+        if found is not None:
+            anywhere = Want(w, policy, runtime, Estimate(None, None, None), "asked", None)
+            assert placement._place(anywhere) == found
+        return found
 
-    with patch.object(Placement, "place", priced_too):
+    with patch.object(NoRoom, "refusal", priced_too):
         assert _plan(snap, cfg) == plan
 
 
@@ -477,7 +480,9 @@ def test_plan_invariants(scenario: tuple[Snapshot, Config]) -> None:
 def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     """A policy at its pool limit (1 pool of at most 2 nodes) with room for some, and a backlog of
     few kinds of workload, of many deadlines and runtimes, that on-prem cannot start for days."""
-    offer = OfferKey("azure", "eastus", "Standard_NC24ads_A100_v4", "spot", "A100-80GB", 1)
+    # On spot or on demand: under spot-if-slack the room on spot is for those with slack alone.
+    capacity = draw(st.sampled_from(["spot", "on-demand"]))
+    offer = OfferKey("azure", "eastus", "Standard_NC24ads_A100_v4", capacity, "A100-80GB", 1)
     nodes = draw(st.integers(1, 2))
     pool = PoolView(
         name="pool-0",
@@ -522,16 +527,17 @@ def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
 
 
 # The A100 policy, on spot that is timed with restarts (a run's time grows faster than its
-# runtime) and without.
+# runtime) and without; and on spot only for runs with slack for a restart.
 BACKLOGS = [
     make_config(
-        ("ml", POLICY_VARIANTS[2]),
+        ("ml", {**POLICY_VARIANTS[2], "placement": {**POLICY_VARIANTS[2]["placement"], **more}}),
         targets=[
             {**t, "spotInterruptionsPerHour": rate} if t["name"] == "azure-eastus" else t
             for t in TARGETS
         ],
     )
     for rate in (None, 0.5)
+    for more in ({}, {"capacity": "spot-if-slack"})
 ]
 
 
