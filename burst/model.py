@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from burst.amounts import Money
@@ -283,10 +283,18 @@ class Skip:
     onprem_finish: datetime | None = None
 
 
+EARLIEST = datetime.min.replace(tzinfo=UTC)  # a Plan's more_from for "at any time"
+
+
 @dataclass(frozen=True)
 class Plan:
     actions: tuple[Action, ...] = ()
     skips: tuple[Skip, ...] = ()
+    # From when a plan may do more than this one on room freed alone, nothing else new: now, when
+    # it left a workload that wants to burst waiting (refused, priced or not, or not looked at);
+    # when a pool with work planned onto it passes its launch estimate (the work may be moved);
+    # None: never. The simulator plans at a cloud job's end only from then.
+    more_from: datetime | None = EARLIEST
 
 
 # What NVIDIA GPU feature discovery puts in the `nvidia.com/gpu.product` node label for each

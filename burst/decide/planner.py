@@ -53,7 +53,7 @@ from burst.decide.existing import deletions, placement_for, unneeded
 from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import pool_actions
-from burst.decide.replan import AtRisk, at_risk, replan
+from burst.decide.replan import AtRisk, at_risk, launch_due, replan
 from burst.decide.triggers import Want, sends_anyway, time_saved, trigger, urgency
 from burst.decide.wording import Words
 from burst.model import (
@@ -102,15 +102,7 @@ class _Planner:
         self.placement: Placement  # made in run(), once the pools it deletes are known
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
-        self._claims: dict[object, BurstPolicy | None] = {}
-
-    def policy_for(self, w: Workload) -> BurstPolicy | None:
-        # Asked for every waiting workload on every plan; most share their namespace and labels,
-        # and a replay's have none (its key is then the namespace alone: no tuple to make).
-        key = (w.namespace, tuple(w.labels.items())) if w.labels else w.namespace
-        if key not in self._claims:
-            self._claims[key] = claimant(self.policies, w)
-        return self._claims[key]
+        self.policy_for = Claims(self.policies)
 
     def runtime(self, w: Workload, policy: BurstPolicy | None) -> timedelta:
         if w.expected_runtime is not None:
@@ -212,8 +204,10 @@ class _Planner:
         self.policy_of.update((r.w.uid, r.policy) for r in self.risks)
         self._open()
         claiming = list({p.metadata.name: p for p in self.policy_of.values()}.values())
+        left = False  # whether a workload that wants to burst is left waiting (Plan.more_from)
         if self._none_fits(claiming):
             pending = []  # nothing to place: no queue to walk
+            left = bool(claiming)
         pending.sort(key=queue_order)
         # Known only for a queue walked: two plans in three of a replay with config/ place nothing.
         runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
@@ -232,6 +226,7 @@ class _Planner:
                 self._open()
                 placed.clear()
             if self._none_fits(claiming):
+                left = True
                 break
             # Why the placement would refuse a workload whatever sends it (None: it may be placed),
             # known per policy and pod shape (and runtime, under a hard budget): it does not change
@@ -243,6 +238,7 @@ class _Planner:
                 may_leave(self.policy_of, runtimes, self.placement, settled, self.explain),
                 self.queueing,
             )
+            left = left or walk < len(pending)  # those behind: settled, unclaimed or refused
             if not walk:
                 break
             queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
@@ -265,6 +261,7 @@ class _Planner:
                     sweep.stays(w, runtime)
                     continue
                 full = room(placement, w, policy, runtime)
+                left = left or full is not None
                 if full is not None and not explain:
                     sweep.stays(w, runtime)  # it would be refused whatever sends it
                     continue
@@ -327,6 +324,7 @@ class _Planner:
                             f"{why}, but {refusal}",
                             onprem_finish=onprem.finish,
                         )
+            left = left or refused
             if not refused:
                 break  # the next round would see the same queue: those placed leave it either way
         self.actions += self._unneeded()
@@ -340,6 +338,7 @@ class _Planner:
             tuple(sorted(self.skips.values(), key=lambda s: (s.namespace, s.name, s.workload)))
             if self.explain
             else (),
+            more_from=self.now if left else launch_due(planned, self.snapshot, self.targets),
         )
 
 
@@ -352,6 +351,22 @@ def fastest_launch(policy: BurstPolicy, targets: Mapping[str, TargetSpec]) -> ti
 def unclaimed(w: Workload) -> Skip:
     reason = f"no BurstPolicy claims namespace {w.namespace} with these labels"
     return Skip(w.uid, w.namespace, w.name, reason)
+
+
+class Claims:
+    """The policy that claims a workload (claimant), remembered per namespace and labels: asked
+    for every waiting workload on every plan, and most share them (a replay's have no labels:
+    the key is then the namespace alone, no tuple to make)."""
+
+    def __init__(self, policies: list[BurstPolicy]) -> None:
+        self.policies = policies
+        self._known: dict[object, BurstPolicy | None] = {}
+
+    def __call__(self, w: Workload) -> BurstPolicy | None:
+        key = (w.namespace, tuple(w.labels.items())) if w.labels else w.namespace
+        if key not in self._known:
+            self._known[key] = claimant(self.policies, w)
+        return self._known[key]
 
 
 def claimant(policies: list[BurstPolicy], w: Workload) -> BurstPolicy | None:

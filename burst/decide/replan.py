@@ -72,6 +72,22 @@ def at_risk(
     return found
 
 
+def launch_due(
+    planned: Sequence[Workload], snapshot: Snapshot, targets: Mapping[str, TargetSpec]
+) -> datetime | None:
+    """When the first pool still launching with work planned onto it passes its launch estimate:
+    until then no workload on one is at risk (at_risk), however time passes."""
+    by_name = {p.name: p for p in snapshot.pools}
+    due = None
+    for w in planned:
+        pv = by_name.get(w.planned_pool or "")
+        if pv is None or pv.state not in LAUNCHING or pv.target not in targets:
+            continue
+        at_estimate = pv.created + targets[pv.target].provisioning
+        due = at_estimate if due is None else min(due, at_estimate)
+    return due
+
+
 def replan(placement: Placement, risks: Sequence[AtRisk], now: datetime) -> list[CancelDispatch]:
     """Place each workload at risk again (its pool takes no work in `placement`); the cancels
     of the dispatches moved. One no other place finishes by its deadline stays where it was

@@ -6,9 +6,12 @@ simulation, on the state of state.py, the on-prem queue of queue.py (strict FIFO
 the queue decide/onprem.py estimates) and the clouds of clouds.py. A policy is asked what to do at
 decision ticks, on the ServiceConfig's reconcile interval, after a change that can call for a
 decision: a job that has to queue arrives, a job ends in a cloud while others wait (its room may
-take one: at the pool cap it is the only room), a launch fails, a node is lost, a pool has been
-idle for its TTL, or a timer the policy asked for is due (jobs ending on-prem and nodes coming up
-do not: with exact runtimes they only make estimates better). It sees the queue and the pools
+take one: at the pool cap it is the only room; for burst with exact runtimes on a strict queue,
+only when its last plan left one wanting room, work on a pool late to launch, or the pool empty:
+Plan.more_from), a
+launch fails, a node is lost, a pool has been idle for its TTL, or a timer the policy asked for is
+due (jobs ending on-prem and nodes coming up do not: with exact runtimes they only make estimates
+better). It sees the queue and the pools
 through views.py, kept across decisions rather than rebuilt for each, and answers with the
 actions of model.py: `Burst` builds the Snapshot the service would and calls the same
 `decide.plan`; the baselines (baselines.py) answer with the same action types. A launch refused
@@ -42,7 +45,7 @@ from burst.model import (
     ResizePool,
     Snapshot,
 )
-from burst.sim.state import Outcome, usd_rate
+from burst.sim.state import START, Outcome, usd_rate
 from burst.sim.trace import SimJob
 from burst.sim.views import Views
 
@@ -154,7 +157,9 @@ class World(Views):
     def _decide(self, policy: Policy) -> None:
         for _ in range(1 + CAPACITY_REPLANS):
             self.decisions += 1
-            if not self._act(policy.decide(self)):
+            refused = self._act(policy.decide(self))
+            self.more_from = getattr(policy, "more_from", 0.0)
+            if not refused:
                 return  # nothing refused for capacity: done until the next tick
 
     def _act(self, actions: Sequence[Action]) -> bool:
@@ -252,6 +257,7 @@ class Burst:
     def __init__(self, config: Config, name: str = "burst") -> None:
         assert config.service is not None
         self.name, self.config = name, config
+        self.more_from: float | None = 0.0  # the last plan's Plan.more_from, in seconds
         self.max_wait = max(
             (
                 p.spec.trigger.max_pending_wait
@@ -296,9 +302,12 @@ class Burst:
         return max(job.submit, min(wakes))
 
     def decide(self, world: World) -> Sequence[Action]:
-        return decide.plan(
+        plan = decide.plan(
             self.snapshot(world), world.catalog, self.config, world.dt(world.now), skips=False
-        ).actions
+        )
+        more = plan.more_from
+        self.more_from = None if more is None else max(0.0, (more - START).total_seconds())
+        return plan.actions
 
     def snapshot(self, world: World) -> Snapshot:
         """What the service's watch and ledger would show the plan now."""

@@ -299,6 +299,9 @@ class WorldState:
         ]
         self.told: dict[int, int | None] = {}  # job -> the runtime the decision was told
         self.decisions = 0
+        # From when a decision may do more than the last on room freed alone (Plan.more_from, in
+        # seconds; 0, from the start, for a policy that does not say; None: never).
+        self.more_from: float | None = 0.0
 
     # -- time --
 

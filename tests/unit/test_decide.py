@@ -547,6 +547,25 @@ def test_a_dispatch_planned_onto_a_pool_that_launches_late_is_placed_again_if_so
     assert not [a for a in plan.actions if isinstance(a, CancelDispatch)]
 
 
+def test_a_plan_says_from_when_room_freed_alone_may_let_the_next_do_more() -> None:
+    # What the simulator plans a cloud job's end by (Plan.more_from): never, when nothing waits
+    # to burst; from when a pool with work planned onto it passes its launch estimate (10 m on
+    # aws-euc1), when the work may be moved; at once, when a workload that wants to burst is
+    # left waiting.
+    fresh = _pool(state="creating", created=NOW - timedelta(minutes=5), free_gpus=(3,))
+    planned = workload(deadline=NOW + 3 * H, phase="planned", planned_pool=fresh.name)
+    safe = workload("w2", deadline=NOW + 30 * H)  # on-prem in 3 h: no trigger
+    snap = Snapshot(workloads=(safe,), onprem=BUSY_V100)
+    assert decide.plan(snap, CATALOG, make_config(), NOW).more_from is None
+    snap = replace(snap, workloads=(planned, safe), pools=(fresh,))
+    plan = decide.plan(snap, CATALOG, make_config(), NOW)
+    assert plan.more_from == NOW + timedelta(minutes=5)
+    refused = workload("w3", deadline=NOW + 3 * H)  # at risk on-prem; the one pool is full
+    snap = Snapshot(workloads=(refused,), onprem=BUSY_V100, pools=(_pool(free_gpus=(0,)),))
+    plan = decide.plan(snap, CATALOG, _one_pool_of_one_node(), NOW, skips=False)
+    assert not plan.actions and plan.more_from == NOW
+
+
 def test_a_late_dispatch_that_still_meets_its_deadline_there_stays() -> None:
     # The late aws pool would end a 2 h run at 11:10, inside the 30 min margin of an 11:15
     # deadline but before it: as a new pool is asked to, so it is not moved (a new gcp pool,

@@ -21,6 +21,7 @@ from providers.sim import Latency
 from tests.conftest import ROOT
 
 SHIPPED = catalog.shipped()
+HOUR = timedelta(hours=1)
 CFG = config.load([ROOT / "config"], config.Vocabulary(SHIPPED.regions(), SHIPPED.accelerators()))
 assert CFG.service is not None
 OFFERS = SHIPPED.with_overrides(CFG.service.spec.catalog)
@@ -473,6 +474,48 @@ def test_the_same_seed_gives_the_same_result() -> None:
     assert first == again
     assert first != other
     assert first.burst_jobs > 0 and first.unfinished == 0
+
+
+class EveryCloudEnd(simulate.Burst):
+    """Burst, asked to decide at every cloud job's end as the service plans every pass."""
+
+    def decide(self, world: simulate.World) -> list[Action]:
+        actions = list(super().decide(world))
+        self.more_from = 0.0
+        return actions
+
+
+@pytest.mark.parametrize(("lifetime", "seed"), [(None, 1), (None, 2), (1, 1), (1, 3)])
+def test_a_cloud_end_decided_only_when_its_room_may_be_taken_replays_the_same(
+    lifetime: int | None, seed: int
+) -> None:
+    """With exact runtimes a decision at a cloud job's end does what the next would only when
+    the last left a job waiting for room, work on a pool late to launch, or the pool empty
+    (clouds.CloudPools._freed_room_matters): the replay must come out the same with fewer. With
+    pools past a lifetime of an hour, a pool a job's end empties goes at that end."""
+    rng = random.Random(seed)
+    jobs = sorted(
+        (
+            job(str(i), t, d, g, t + round(rng.uniform(1.2, 4) * d) + 600)
+            for i in range(250)
+            for t, d, g in [(rng.randint(0, 30_000), rng.randint(60, 7200), rng.choice((1, 2, 8)))]
+        ),
+        key=lambda j: (j.submit, j.job_id),
+    )
+    cfg = CFG
+    if lifetime is not None:
+        cfg = variants.with_teardown(CFG, POLICY.metadata.name, max_lifetime=lifetime * HOUR)
+    # Launches with a heavy tail: some come past their estimate, with work planned onto them.
+    tail = {c: Latency(median_s=300, sigma=1.0, cap_s=7200) for c in CLOUDS}
+    clouds = CloudModel(
+        shortage=0.1, launch_failure=0.1, spot_interruptions_per_hour=0.5, latency=tail
+    )
+    fewer, every = (
+        simulate.World(jobs, {"V100": 16}, cfg, OFFERS, seed=seed, clouds=clouds).run(policy)
+        for policy in (simulate.Burst(cfg), EveryCloudEnd(cfg))
+    )
+    assert fewer.burst_jobs > 0 and fewer.decisions < every.decisions
+    assert replace(fewer, decisions=0) == replace(every, decisions=0)
 
 
 def test_a_quiet_hour_does_not_let_a_queued_job_miss_its_deadline() -> None:
