@@ -8,10 +8,12 @@ keeps its nodes in the same `Nodes`.
 
 from __future__ import annotations
 
+import bisect
+import copy
 import heapq
 from collections import Counter
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from burst.model import OnPrem, RunningWorkload
@@ -124,6 +126,15 @@ class Product(Nodes):
         self.clock = now  # start of the last workload that started here (FIFO: none before)
         self.releases = releases  # heap of (time, node, GPUs)
 
+    def copy_at(self, now: datetime, releases: list[tuple[datetime, int, int]]) -> Product:
+        """These nodes as they are now, with `releases` to come: a copy the estimate may change
+        (what could ever fit, a matter of node sizes, stays shared)."""
+        twin = copy.copy(self)
+        twin.free, twin.counts, twin._tree = list(self.free), Counter(self.counts), list(self._tree)
+        heapq.heapify(releases)
+        twin.clock, twin.releases = now, releases
+        return twin
+
     def first_start(self, per_pod: int) -> Start | None:
         """Where and when one pod of `per_pod` GPUs (more than 0) would start: releases taken off
         the heap in time order until a node has them, the nodes left as they were (`take()`
@@ -191,6 +202,30 @@ class Start(NamedTuple):
 def products(onprem: OnPrem, now: datetime) -> dict[str, Product]:
     """Each product's nodes from the node list, less what runs on them; a product with none
     listed is one node of its capacity (no boundaries known)."""
+    out = {}
+    for product, (nodes, running, releases) in _layout(onprem).items():
+        # Only a workload past its expected end is expected to end later as time passes.
+        overdue = bisect.bisect_right(releases, (now, len(nodes.sizes), 0))
+        due = [(expected_end(r, now), k, r.gpus) for r, k in running[:overdue]]
+        out[product] = nodes.copy_at(now, due + releases[overdue:])
+    return out
+
+
+# Per product: its nodes with what runs on them taken, the running workloads with their node,
+# and the release each expects ((end, node, GPUs)), both by expected end.
+_Layout = dict[
+    str, tuple[Product, list[tuple[RunningWorkload, int]], list[tuple[datetime, int, int]]]
+]
+_last: tuple[OnPrem, _Layout] | None = None
+EPOCH = datetime.min.replace(tzinfo=UTC)  # a layout's clock: each copy of it starts at its now
+
+
+def _layout(onprem: OnPrem) -> _Layout:
+    """Where the nodes and running workloads are, which time does not change: kept for the last
+    OnPrem asked (it is frozen), for a replay plans many times on one on-prem state."""
+    global _last
+    if _last is not None and _last[0] is onprem:
+        return _last[1]
     listed: dict[str, tuple[list[str], list[int]]] = {}
     for node in onprem.nodes:
         names, sizes = listed.setdefault(node.accelerator, ([], []))
@@ -200,18 +235,21 @@ def products(onprem: OnPrem, now: datetime) -> dict[str, Product]:
         listed.setdefault(product, ([""], [capacity]))
     index = {p: {name: k for k, name in enumerate(names)} for p, (names, _) in listed.items()}
     free = {p: list(sizes) for p, (_, sizes) in listed.items()}
-    releases: dict[str, list[tuple[datetime, int, int]]] = {p: [] for p in listed}
+    held: dict[str, list[tuple[RunningWorkload, int]]] = {p: [] for p in listed}
     for r in onprem.running:
         if r.accelerator not in listed:
             continue
         k = _node_of(r, index[r.accelerator], free[r.accelerator])
         if k is not None:
             free[r.accelerator][k] -= r.gpus
-            releases[r.accelerator].append((expected_end(r, now), k, r.gpus))
-    return {
-        p: Product(names, sizes, now, free[p], releases[p])
-        for p, (names, sizes) in sorted(listed.items())
-    }
+            held[r.accelerator].append((r, k))
+    layout: _Layout = {}
+    for p, (names, sizes) in sorted(listed.items()):
+        on = sorted(held[p], key=lambda rk: (rk[0].expected_end, rk[1], rk[0].gpus))
+        releases = [(r.expected_end, k, r.gpus) for r, k in on]
+        layout[p] = (Product(names, sizes, EPOCH, free[p], []), on, releases)
+    _last = (onprem, layout)
+    return layout
 
 
 def _node_of(r: RunningWorkload, index: Mapping[str, int], free: list[int]) -> int | None:

@@ -77,6 +77,7 @@ class OnPremQueue(WorldState):
         # The decision expects it to end when the runtime it was told says (not when it will).
         expected = self.dt(self.now + runtime_told(self, i))
         started = self.dt(self.now)
+        self.onprem_kept = None
         self.running[i] = tuple(
             RunningWorkload(
                 f"{i}-{n}", product, job.spec.gpus_per_pod, expected, started, nodes.names[k]
@@ -90,6 +91,7 @@ class OnPremQueue(WorldState):
         job.state, job.finished = "done", self.now
         self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         del self.running[i]
+        self.onprem_kept = None
         product = self.product_of[i]
         for k in self.placed.pop(i):
             self.clusters[product].add(k, job.spec.gpus_per_pod)

@@ -41,7 +41,6 @@ from burst.model import (
     CreatePool,
     DeletePool,
     Dispatch,
-    OnPrem,
     ResizePool,
     Snapshot,
 )
@@ -315,11 +314,7 @@ class Burst:
         return Snapshot(
             taken_at=now,
             workloads=world.queued_workloads(),
-            onprem=OnPrem(
-                dict(world.capacity),
-                tuple(r for pods in world.running.values() for r in pods),
-                world.onprem_nodes,
-            ),
+            onprem=world.onprem(),
             pools=world.pool_views(),
             budgets=world.budget_views(),
             unavailable=tuple(world.unavailable.current()),

@@ -23,6 +23,7 @@ from burst.model import (
     BudgetView,
     Cloud,
     OfferKey,
+    OnPrem,
     OnPremNode,
     PoolView,
     RunningWorkload,
@@ -244,6 +245,7 @@ class WorldState:
         self.idle_checked_at_once = False  # a pool gone idle is a decision (simulate.py)
         # on-prem, by job index: its pods as the decision sees them, and the node of each
         self.running: dict[int, tuple[RunningWorkload, ...]] = {}
+        self.onprem_kept: OnPrem | None = None  # the decision's view of it (views.py)
         self.placed: dict[int, list[int]] = {}
         self.pools: dict[str, Pool] = {}  # live ones, by name
         self.pool_list: list[Pool] = []  # every pool ever made, by id

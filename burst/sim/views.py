@@ -19,7 +19,7 @@ from typing import cast
 from burst.amounts import Money
 from burst.decide.existing import SENT_WINDOW
 from burst.decide.pools import first_fit
-from burst.model import PoolView, Workload
+from burst.model import OnPrem, PoolView, Workload
 from burst.sim.clouds import CloudPools
 from burst.sim.state import Pool, WorldState, runtime_told, told_runtime
 
@@ -106,6 +106,15 @@ class Views(CloudPools):
             w = replace(w, lost_copy=True)
         self.queued_as[i] = w
         return w
+
+    def onprem(self) -> OnPrem:
+        """The on-prem cluster as the service's watch would show it, the same object until a job
+        starts or ends there: a plan keeps what it worked out of the last it saw
+        (decide/cluster.py), and most decisions of a replay come with nothing changed on-prem."""
+        if self.onprem_kept is None:
+            running = tuple(r for pods in self.running.values() for r in pods)
+            self.onprem_kept = OnPrem(dict(self.capacity), running, self.onprem_nodes)
+        return self.onprem_kept
 
     def sent_last_hour(self) -> dict[str, int]:
         """How many jobs each policy sent to a cloud in the hour up to now (Snapshot's field)."""

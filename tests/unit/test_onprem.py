@@ -349,3 +349,21 @@ def test_nodes_place_first_fit_and_count_room_as_a_scan_would(sizes, steps) -> N
             assert nodes.place(per, pods) == expect
             held += [(k, per) for k in expect]
         assert nodes.free == free and nodes.total == sum(free)
+
+
+@settings(max_examples=200, deadline=None)
+@given(queues(), st.lists(st.integers(0, 8 * 60), min_size=1, max_size=4))
+def test_one_onprem_state_estimated_at_later_times_gives_what_a_fresh_one_does(
+    scenario, minutes
+) -> None:
+    """A replay plans many times on one OnPrem object, and the estimate keeps where its nodes and
+    runs are (decide/cluster.py): asked at later and later times, with runs past their expected
+    end then expected to run on, it must estimate as an equal OnPrem seen for the first time."""
+    onprem, pending, runtimes, leaving = scenario
+    onprem = replace(onprem, running=tuple(replace(r, started=NOW - H) for r in onprem.running))
+    nows = [NOW + timedelta(minutes=m) for m in sorted(minutes)]
+    kept = [estimate_all(onprem, pending, runtimes, now, leaving, "StrictFIFO") for now in nows]
+    fresh = [
+        estimate_all(replace(onprem), pending, runtimes, now, leaving, "StrictFIFO") for now in nows
+    ]
+    assert kept == fresh
