@@ -334,19 +334,7 @@ def refusals_for_no_room_are_what_pricing_gives(snap: Snapshot, cfg: Config, pla
     """A workload no pool its policy lets it use has room for is refused unpriced
     (unpriced.NoRoom), in the walk and in the placement: priced with no deadline at all, it must
     be refused the same."""
-    refusal = NoRoom.refusal
-
-    def priced_too(
-        self: NoRoom, placement: Placement, w: Workload, policy: Any, runtime: timedelta
-    ) -> str | None:
-        found = refusal(self, placement, w, policy, runtime)
-        if found is not None:
-            anywhere = Want(w, policy, runtime, Estimate(None, None, None), "asked", None)
-            assert placement._place(anywhere) == found
-        return found
-
-    with patch.object(NoRoom, "refusal", priced_too):
-        assert _plan(snap, cfg) == plan
+    _refused_unpriced_as_priced(NoRoom, snap, cfg, plan, same_words=True)
 
 
 def refusals_for_a_spent_budget_are_what_pricing_gives(
@@ -356,18 +344,31 @@ def refusals_for_a_spent_budget_are_what_pricing_gives(
     refused unpriced, early or late (unpriced.SpentBudgets): priced, with no deadline at all, it
     must be refused too. (It then stays in the queue the round estimates, as one with no room
     does, where pricing it would have let those behind it be estimated as if it left.)"""
-    refusal = SpentBudgets.refusal
+    _refused_unpriced_as_priced(SpentBudgets, snap, cfg, plan, same_words=False)
+
+
+def _refused_unpriced_as_priced(
+    kind: type[NoRoom] | type[SpentBudgets],
+    snap: Snapshot,
+    cfg: Config,
+    plan: Plan,
+    same_words: bool,
+) -> None:
+    """Each refusal `kind` gives, asked again of pricing with no deadline at all: refused too (in
+    the same words, when `same_words`); and the plan the same for the asking."""
+    refusal = kind.refusal
 
     def priced_too(
-        self: SpentBudgets, placement: Placement, w: Workload, policy: Any, runtime: timedelta
-    ) -> str | None:
+        self: Any, placement: Placement, w: Workload, policy: Any, runtime: timedelta
+    ) -> Any:
         found = refusal(self, placement, w, policy, runtime)
         if found is not None:
             anywhere = Want(w, policy, runtime, Estimate(None, None, None), "asked", None)
-            assert placement._place(anywhere) is not None, found
+            priced = placement._place(anywhere)
+            assert priced == found if same_words else priced is not None, found
         return found
 
-    with patch.object(SpentBudgets, "refusal", priced_too):
+    with patch.object(kind, "refusal", priced_too):
         assert _plan(snap, cfg) == plan
 
 
