@@ -224,8 +224,9 @@ def _layout(onprem: OnPrem) -> _Layout:
     """Where the nodes and running workloads are, which time does not change: kept for the last
     OnPrem asked (it is frozen), for a replay plans many times on one on-prem state."""
     global _last
-    if _last is not None and _last[0] is onprem:
-        return _last[1]
+    last = _last  # read once: a plan in another thread may set it meanwhile
+    if last is not None and last[0] is onprem:
+        return last[1]
     listed: dict[str, tuple[list[str], list[int]]] = {}
     for node in onprem.nodes:
         names, sizes = listed.setdefault(node.accelerator, ([], []))

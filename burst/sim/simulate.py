@@ -8,15 +8,14 @@ decision ticks, on the ServiceConfig's reconcile interval, after a change that c
 decision: a job that has to queue arrives, a job ends in a cloud while others wait (its room may
 take one: at the pool cap it is the only room; for burst with exact runtimes on a strict queue,
 only when its last plan left one wanting room, work on a pool late to launch, or the pool empty:
-Plan.more_from), a
-launch fails, a node is lost, a pool has been idle for its TTL, or a timer the policy asked for is
-due (jobs ending on-prem and nodes coming up do not: with exact runtimes they only make estimates
-better). It sees the queue and the pools
-through views.py, kept across decisions rather than rebuilt for each, and answers with the
-actions of model.py: `Burst` builds the Snapshot the service would and calls the same
-`decide.plan`; the baselines (baselines.py) answer with the same action types. A launch refused
-for capacity backs its offer off and the policy is asked again at once, as the reconcile loop
-does. Everything random comes from one seed.
+Plan.more_from), a launch fails, a node is lost, a pool has been idle for its TTL, or a timer the
+policy asked for is due (jobs ending on-prem and nodes coming up do not: with exact runtimes they
+only make estimates better). It sees the queue and the pools through views.py (the on-prem
+cluster one object until a job starts or ends there), kept across decisions rather than rebuilt
+for each, and answers with the actions of model.py: `Burst` builds the Snapshot the service
+would and calls the same `decide.plan`; the baselines (baselines.py) answer with the same action
+types. A launch refused for capacity backs its offer off and the policy is asked again at once,
+as the reconcile loop does. Everything random comes from one seed.
 A job runs for the trace's duration, as long in a cloud as on-prem; every policy is told the same
 runtime for it (`--runtimes`: that duration, a user's guess, a learned estimate or the default).
 """
