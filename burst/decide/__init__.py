@@ -10,7 +10,15 @@ from burst.decide.planner import (
     PlanError,
     allowed_accelerators,
     expected_run,
+    expected_runtime,
     plan,
 )
 
-__all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run", "plan"]
+__all__ = [
+    "DEFAULT_RUNTIME",
+    "PlanError",
+    "allowed_accelerators",
+    "expected_run",
+    "expected_runtime",
+    "plan",
+]

@@ -66,7 +66,14 @@ from burst.model import (
     Workload,
 )
 
-__all__ = ["DEFAULT_RUNTIME", "PlanError", "allowed_accelerators", "expected_run", "plan"]
+__all__ = [
+    "DEFAULT_RUNTIME",
+    "PlanError",
+    "allowed_accelerators",
+    "expected_run",
+    "expected_runtime",
+    "plan",
+]
 
 DEFAULT_RUNTIME = timedelta(hours=4)
 MAX_ROUNDS = 4
@@ -103,11 +110,6 @@ class _Planner:
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
         self.policy_for = Claims(self.policies)
-
-    def runtime(self, w: Workload, policy: BurstPolicy | None) -> timedelta:
-        if w.expected_runtime is not None:
-            return w.expected_runtime
-        return policy.spec.defaults.expected_runtime if policy else DEFAULT_RUNTIME
 
     def _why(
         self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
@@ -160,7 +162,7 @@ class _Planner:
         """Idle pools no work is expected for before a new one launches, once the work is placed."""
         given = {d.workload: d.pool for d in self.placement.dispatches}
         kept = self.deleted | set(given.values())
-        claims = (self.policy_of, given.keys(), self.runtime)
+        claims = (self.policy_of, given.keys(), expected_runtime)
         return unneeded(
             self.snapshot, self.config, self.targets, kept, claims, self.catalog, self.now
         )
@@ -199,7 +201,7 @@ class _Planner:
         self.actions += deleted
         self.deleted = {d.pool for d in deleted}
         self.risks = at_risk(
-            planned, self.snapshot, self.targets, self.policy_for, self.runtime, self.now
+            planned, self.snapshot, self.targets, self.policy_for, expected_runtime, self.now
         )
         self.policy_of.update((r.w.uid, r.policy) for r in self.risks)
         self._open()
@@ -210,7 +212,7 @@ class _Planner:
             left = bool(claiming)
         pending.sort(key=queue_order)
         # Known only for a queue walked: two plans in three of a replay with config/ place nothing.
-        runtimes = {w.uid: self.runtime(w, self.policy_of.get(w.uid)) for w in pending}
+        runtimes = {w.uid: expected_runtime(w, self.policy_of.get(w.uid)) for w in pending}
         stays: set[str] = set()  # refused: they wait on-prem
         # Refused where only the time they would save sent them: they wait on-prem unless another
         # trigger sends them in a later round, once those refused ahead of them stay.
@@ -340,6 +342,14 @@ class _Planner:
             else (),
             more_from=self.now if left else launch_due(planned, self.snapshot, self.targets),
         )
+
+
+def expected_runtime(w: Workload, policy: BurstPolicy | None) -> timedelta:
+    """The run a plan counts for `w`: its own (declared, or learned from runs like it), else its
+    policy's default (the service records a dispatch's so), else DEFAULT_RUNTIME."""
+    if w.expected_runtime is not None:
+        return w.expected_runtime
+    return policy.spec.defaults.expected_runtime if policy else DEFAULT_RUNTIME
 
 
 def fastest_launch(policy: BurstPolicy, targets: Mapping[str, TargetSpec]) -> timedelta | None:

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from burst.amounts import Money
 from burst.clock import Clock
 from burst.config import Config, selector_matches
+from burst.decide import expected_runtime
 from burst.model import DEFAULT_RUNTIME_SOURCE, Action, CancelDispatch, Dispatch
 from burst.model import Workload as WorkloadView
 from burst.money import ledger
@@ -85,12 +86,13 @@ class Intents:
             # What this dispatch was planned with: declared, learned or the policy's default. The
             # pass reads its expected end from it (loop.py), and a pool whose work has no known
             # end is weighed without it (reuse, a pool past its lifetime at the pool cap).
-            runtime, source = w.expected_runtime, w.runtime_source or None
-            if runtime is None:
-                runtime = self.config.policies[row.policy].spec.defaults.expected_runtime
-                source = DEFAULT_RUNTIME_SOURCE
+            runtime = expected_runtime(w, self.config.policies[row.policy])
             row.expected_runtime_s = int(runtime.total_seconds())
-            row.runtime_source = source
+            row.runtime_source = (
+                (w.runtime_source or None)
+                if w.expected_runtime is not None
+                else DEFAULT_RUNTIME_SOURCE
+            )
         s.flush()  # the new rows' ids, in a batch
         for action, w in wanted:
             self._one(s, action, w, pools[action.pool], rows[w.uid], attempts)
