@@ -231,7 +231,7 @@ class _Planner:
                 left = True
                 break
             # Why the placement would refuse a workload whatever sends it (None: it may be placed),
-            # known per policy and pod shape (and runtime, under a hard budget): it does not change
+            # known per kind of workload (and runtime, under a hard budget): it does not change
             # while a round walks the queue.
             room = unpriced.refusal
             settled = placed | stays
