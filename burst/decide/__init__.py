@@ -5,20 +5,5 @@ estimate it rests on is onprem.py, and snapshot.py reads and writes the snapshot
 takes. The reconcile loop, `burst plan`, `burst explain` and the simulator all call it the same way.
 """
 
-from burst.decide.planner import (
-    DEFAULT_RUNTIME,
-    PlanError,
-    allowed_accelerators,
-    expected_run,
-    expected_runtime,
-    plan,
-)
-
-__all__ = [
-    "DEFAULT_RUNTIME",
-    "PlanError",
-    "allowed_accelerators",
-    "expected_run",
-    "expected_runtime",
-    "plan",
-]
+from burst.decide.planner import *  # noqa: F403  (what planner.py exports, listed there once)
+from burst.decide.planner import __all__ as __all__
