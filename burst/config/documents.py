@@ -405,6 +405,11 @@ class Placement(Strict):
     # restarts the run from scratch; a target's spotInterruptionsPerHour sets how often). None:
     # any run the capacity policy allows.
     max_spot_delay: Duration | None = None
+    # Its workloads may take the free room of open pools of other policies that share theirs, and
+    # theirs its: only room the pool has (a pool grows and opens for its own policy alone, within
+    # that policy's limits). A run is charged to its own policy's budgets wherever it runs; a
+    # pool's idle and overhead to the pool's policy.
+    share_pools: bool = False
 
 
 class Limits(Strict):

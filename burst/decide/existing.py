@@ -164,6 +164,7 @@ def placement_for(
         Caps(rates, Budgets(snapshot.budgets, rates, horizon(config))),
         frozenset(snapshot.unavailable),
         frozenset(p.name for p in snapshot.pools),
+        frozenset(n for n, p in config.policies.items() if p.spec.placement.share_pools),
     )
     open_existing(placement, snapshot.pools, config.policies, targets, catalog, deleted, now)
     return placement

@@ -47,6 +47,7 @@ class Placement:
         caps: Caps,
         unavailable: frozenset[OfferKey],
         taken: frozenset[str],
+        sharing: frozenset[str] = frozenset(),
     ) -> None:
         self.now, self.catalog, self.targets = now, catalog, targets
         self.candidates, self.caps = candidates, caps
@@ -55,6 +56,9 @@ class Placement:
         self.pools_by_offer: dict[tuple[str, str, OfferKey], list[OpenPool]] = defaultdict(list)
         self.pools_of_policy: dict[str, int] = defaultdict(int)
         self.policy_pools: defaultdict[str, PolicyPools] = defaultdict(lambda: PolicyPools(now))
+        # The policies that share their pools (placement.sharePools), and the open pools of all
+        # of them: what their workloads may reuse.
+        self.sharing, self.shared = sharing, PolicyPools(now)
         # Per policy, its pools past their lifetime that still run work (reuse.best_at_pool_limit).
         self.draining: defaultdict[str, list[OpenPool]] = defaultdict(list)
         self.dispatches: list[Dispatch] = []
@@ -105,6 +109,8 @@ class Placement:
             return pool
         self.pools_by_offer[(pool.policy, pool.target.name, pool.offer)].append(pool)
         self.policy_pools[pool.policy].open(pool)
+        if pool.policy in self.sharing:
+            self.shared.open(pool)
         return pool
 
     def place(self, want: Want) -> str | None:
@@ -164,8 +170,8 @@ class Placement:
         # 1. Reuse a pool with free room, unless it would keep nodes up for this workload alone
         # for longer than a pool of its own costs: small jobs in the room of big nodes kept
         # whole nodes up for one of their GPUs (9.5 of the 12 % idle of a Philly replay).
-        eligible = self._eligible_pools(want, spot_ok)
-        reuse = best_reuse(eligible, w, want.runtime, deadline, self.now)
+        reusable = self.eligible_pools(p, w, spot_ok, shared=True)
+        reuse = best_reuse(reusable, w, want.runtime, deadline, self.now)
         new: Cheapest | None = None
         priced = False  # whether `new` was looked for (None when no offer will do)
         if reuse is not None and not at_limit:
@@ -195,7 +201,7 @@ class Placement:
 
         # 2. New capacity: the cheapest total cost, growing a pool of that offer before opening one.
         if at_limit:
-            why = self._grow_at_pool_limit(want, eligible, max_cost_usd)
+            why = self._grow_at_pool_limit(want, self.eligible_pools(p, w, spot_ok), max_cost_usd)
             if why is None:
                 return None
             if is_late and not refusals and why == at_pool_limit(p):  # taken by none, at any price
@@ -230,12 +236,16 @@ class Placement:
         self._dispatch(want, into, total, finish, where)
         return None
 
-    def _eligible_pools(self, want: Want, spot_ok: bool) -> EligiblePools:
-        """The policy's open pools whose target, GPU and capacity type suit `want`: kept per
-        (policy, GPU request, spot allowed) as pools open, for most workloads share these three."""
-        policy = want.policy
-        of_policy = self.policy_pools[policy.metadata.name]
-        return of_policy.of_kind(policy, want.w.accelerator, spot_ok, self.catalog)
+    def eligible_pools(
+        self, policy: BurstPolicy, w: Workload, spot_ok: bool, shared: bool = False
+    ) -> EligiblePools:
+        """The policy's open pools whose target, GPU and capacity type suit `w`: kept per
+        (policy, GPU request, spot allowed) as pools open, for most workloads share these three.
+        `shared`: the pools it may reuse, those of every policy sharing its pools where its own
+        does (only its own grow for it)."""
+        name = policy.metadata.name
+        pools = self.shared if shared and name in self.sharing else self.policy_pools[name]
+        return pools.of_kind(policy, w.accelerator, spot_ok, self.catalog)
 
     def _grow_at_pool_limit(
         self, want: Want, eligible: EligiblePools, max_cost_usd: int | None

@@ -232,7 +232,7 @@ class PolicyPools:
         # The pools opened, by what a kind of request admits them by: target, GPU, on spot. A
         # kind reads the groups it admits, not every pool (a policy may have a thousand).
         self.groups: dict[tuple[str, str, bool], list[OpenPool]] = {}
-        self.kinds: dict[tuple[str | None, bool], EligiblePools] = {}
+        self.kinds: dict[tuple[str, str | None, bool], EligiblePools] = {}
         self._orders: tuple[list[OpenPool], list[OpenPool]] | None = None
 
     def open(self, pool: OpenPool) -> None:
@@ -248,7 +248,8 @@ class PolicyPools:
         self, policy: BurstPolicy, request: str | None, spot_ok: bool, catalog: Catalog
     ) -> EligiblePools:
         """The pools a request for `request` GPUs under `policy` may use, spot if `spot_ok`."""
-        found = self.kinds.get((request, spot_ok))
+        kind = (policy.metadata.name, request, spot_ok)  # one policy's, or those sharing pools
+        found = self.kinds.get(kind)
         if found is None:
             if self._orders is None:
                 pools = [p for p in self.opened if p.offer.gpus >= 1]
@@ -263,7 +264,7 @@ class PolicyPools:
                 if target in targets and accelerator in allowed and (spot_ok or not spot)
             ]
             found.fill(admitted, *self._orders)
-            self.kinds[(request, spot_ok)] = found
+            self.kinds[kind] = found
         return found
 
 

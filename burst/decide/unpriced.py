@@ -23,6 +23,7 @@ from burst.model import BudgetView, Workload
 
 if TYPE_CHECKING:
     from burst.decide.placement import Placement
+    from burst.decide.pools import OpenPool
 
 
 def refusal(
@@ -191,9 +192,14 @@ class NoRoom:
         name = policy.metadata.name
         if name not in self._full:
             limits = policy.spec.limits
-            self._full[name] = placement.pools_of_policy[name] >= limits.max_pools and all(
-                pool.free_max == 0 and (pool.unavailable or pool.nodes >= limits.max_nodes_per_pool)
-                for pool in chain(placement.policy_pools[name].opened, placement.draining[name])
+            self._full[name] = (
+                placement.pools_of_policy[name] >= limits.max_pools
+                and all(
+                    pool.free_max == 0
+                    and (pool.unavailable or pool.nodes >= limits.max_nodes_per_pool)
+                    for pool in chain(placement.policy_pools[name].opened, placement.draining[name])
+                )
+                and all(pool.free_max == 0 for pool in _foreign(placement, name))
             )
         return self._full[name]
 
@@ -224,6 +230,7 @@ def _lowest_rates(
     """(the least a run of `w` costs an hour, the lowest price of a GPU-hour it may run at)."""
     limits, name = policy.spec.limits, policy.metadata.name
     pools = chain(placement.policy_pools[name].opened, placement.draining[name])
+    foreign = _foreign(placement, name)
     if placement.pools_of_policy[name] < limits.max_pools:
         shape = placement.candidates.of(w, policy)
         prices = [
@@ -232,7 +239,7 @@ def _lowest_rates(
             for offers in found.values()
             for c in offers
         ]
-        prices += [Fraction(p.hourly_micros, p.offer.gpus) for p in pools]
+        prices += [Fraction(p.hourly_micros, p.offer.gpus) for p in chain(pools, foreign)]
         per_gpu = min(prices, default=None)
         return None if per_gpu is None else (w.gpus_per_pod * per_gpu, per_gpu)
     runs: list[tuple[Fraction, Fraction]] = []
@@ -247,6 +254,10 @@ def _lowest_rates(
             and not pool.unavailable
         ):
             runs.append((Fraction(extra * pool.hourly_micros), per_gpu))  # the nodes it adds
+    for pool in foreign:  # another policy's: only as it is
+        if pool.extra_nodes_for(w) == 0:
+            per_gpu = Fraction(pool.hourly_micros, pool.offer.gpus)
+            runs.append((w.gpus * per_gpu, per_gpu))
     if not runs:
         return None
     return min(r[0] for r in runs), min(r[1] for r in runs)
@@ -255,11 +266,14 @@ def _lowest_rates(
 def _no_room(placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bool) -> _Room:
     """At the policy's pool limit: the refusal for no room (None: there may be room), and the
     latest end of the work of a pool past its lifetime that could hold `w`, as it is or grown
-    (None: none could). Only the pools `w` may use count (placement._eligible_pools)."""
+    (None: none could). Only the pools `w` may use count (placement.eligible_pools): its
+    policy's, and another sharing policy's that holds it now."""
     limits, name = policy.spec.limits, policy.metadata.name
-    eligible = placement.policy_pools[name].of_kind(
-        policy, w.accelerator, spot_ok, placement.catalog
-    )
+    if name in placement.sharing:
+        shared = placement.eligible_pools(policy, w, spot_ok, shared=True)
+        if any(p.policy != name and p.extra_nodes_for(w) == 0 for p in shared.pools):
+            return None, None
+    eligible = placement.eligible_pools(policy, w, spot_ok)
     draining = (p for p in placement.draining[name] if eligible.admits(p))
     drained_by: datetime | None = None
     for pool in chain(eligible.pools, draining):
@@ -273,3 +287,11 @@ def _no_room(placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bo
                 return None, None
             drained_by = max(pool.drains_until, drained_by or pool.drains_until)
     return at_pool_limit(policy), drained_by
+
+
+def _foreign(placement: Placement, name: str) -> list[OpenPool]:
+    """The open pools of other policies that policy `name` shares pools with (none where it
+    does not): it may take their room as it is."""
+    if name not in placement.sharing:
+        return []
+    return [p for p in placement.shared.opened if p.policy != name]

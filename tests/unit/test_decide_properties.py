@@ -82,13 +82,17 @@ POLICY_VARIANTS: list[dict[str, Any]] = [
 ]
 CONFIGS = [
     make_config(
-        ("ml", POLICY_VARIANTS[i]),
-        ("other", policy_spec(selector={"namespaces": ["other"]})),
+        ("ml", {**spec, "placement": {**spec["placement"], "sharePools": share}}),
+        (
+            "other",
+            policy_spec(selector={"namespaces": ["other"]}, placement={"sharePools": share}),
+        ),
         rates=RATES,
         queueing=queueing,
     )
-    for i in range(len(POLICY_VARIANTS))
+    for spec in POLICY_VARIANTS
     for queueing in ("StrictFIFO", "BestEffortFIFO")
+    for share in (False, True)  # the two policies' pools taken by either's workloads
 ]
 
 M = timedelta(minutes=1)
@@ -241,7 +245,7 @@ def no_plan_exceeds_a_cap(snap: Snapshot, cfg: Config, plan: Plan) -> None:
                 assert a.hourly.to_decimal() * rate <= limits.max_hourly_price
         if isinstance(a, Dispatch):
             w = by_uid[a.workload]
-            limits = cfg.policies[offers[a.pool][2]].spec.limits
+            limits = cfg.policies[_policy_of(w, cfg) or ""].spec.limits
             if w.max_cost is not None:
                 assert a.estimated_cost <= w.max_cost
             if limits.max_cost_per_job is not None:
@@ -263,15 +267,33 @@ def dispatches_respect_gpu_and_target(snap: Snapshot, cfg: Config, plan: Plan) -
         if not isinstance(d, Dispatch):
             continue
         w = by_uid[d.workload]
-        offer, target, policy_name = offers[d.pool]
+        offer, target, pool_policy = offers[d.pool]
+        policy_name = _policy_of(w, cfg) or ""
         policy = cfg.policies[policy_name]
-        assert policy_name == _policy_of(w, cfg)
+        if pool_policy != policy_name:  # another policy's pool: both share theirs
+            assert policy.spec.placement.share_pools
+            assert cfg.policies[pool_policy].spec.placement.share_pools
         assert offer.accelerator in decide.allowed_accelerators(policy, w.accelerator, CATALOG)
         assert target in policy.spec.placement.targets and d.target == target
         assert (offer.cloud, offer.region) == regions[target]
         assert offer.gpus >= w.gpus_per_pod
         if offer.capacity == "spot":
             assert policy.spec.placement.capacity != "on-demand"
+
+
+def a_pool_grows_or_opens_for_its_own_policy_alone(snap: Snapshot, cfg: Config, plan: Plan) -> None:
+    """Another policy's workload takes a shared pool's room as it is: a pool grown or opened in a
+    plan takes work of its own policy in it."""
+    offers = _pool_offers(snap, plan)
+    by_uid = {w.uid: w for w in snap.workloads}
+    own = {
+        d.pool
+        for d in plan.actions
+        if isinstance(d, Dispatch) and _policy_of(by_uid[d.workload], cfg) == offers[d.pool][2]
+    }
+    for a in plan.actions:
+        if isinstance(a, CreatePool | ResizePool):
+            assert a.pool in own, (a, plan)
 
 
 def only_pending_burstable_workloads_are_touched_and_each_exactly_once(
@@ -458,6 +480,7 @@ PROPERTIES = [
     only_pending_burstable_workloads_are_touched_and_each_exactly_once,
     workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger,
     the_same_input_gives_the_same_plan,
+    a_pool_grows_or_opens_for_its_own_policy_alone,
     reasons_left_out_change_no_action,
     refusals_remembered_change_nothing,
     refusals_for_no_room_are_what_pricing_gives,
@@ -500,6 +523,16 @@ def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
             draw(st.none() | st.integers(0, 360).map(lambda m: NOW + M * m)) for _ in range(nodes)
         ),
     )
+    # Another policy's pool, whose room the backlog may take where both share their pools.
+    lent = replace(
+        pool,
+        name="pool-1",
+        policy="other",
+        nodes=1,
+        free_gpus=(draw(st.sampled_from([0, 1])),),
+        hourly=draw(st.none() | prices),
+        busy_until=(None,),
+    )
     ws = tuple(
         Workload(
             uid=f"w{i:02d}",
@@ -523,7 +556,7 @@ def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
     # A hard team budget nearly spent, or none: most late attempts cost more than it has left.
     left = draw(st.none() | st.integers(0, 400).map(lambda c: Money.of(Decimal(c) / 100, "USD")))
     budgets = () if left is None else (BudgetView("b-cms", "team", "cms", left, hard=True),)
-    snap = Snapshot(workloads=ws, onprem=busy, pools=(pool,), budgets=budgets)
+    snap = Snapshot(workloads=ws, onprem=busy, pools=(pool, lent), budgets=budgets)
     return snap, draw(st.sampled_from(BACKLOGS))
 
 
@@ -531,7 +564,17 @@ def backlogs_at_the_pool_limit(draw: st.DrawFn) -> tuple[Snapshot, Config]:
 # runtime) and without; and on spot only for runs with slack for a restart.
 BACKLOGS = [
     make_config(
-        ("ml", {**POLICY_VARIANTS[2], "placement": {**POLICY_VARIANTS[2]["placement"], **more}}),
+        *(
+            (
+                name,
+                {
+                    **POLICY_VARIANTS[2],
+                    "selector": {"namespaces": [name]},
+                    "placement": {**POLICY_VARIANTS[2]["placement"], **more, "sharePools": share},
+                },
+            )
+            for name in ("ml", "other")
+        ),
         targets=[
             {**t, "spotInterruptionsPerHour": rate} if t["name"] == "azure-eastus" else t
             for t in TARGETS
@@ -539,6 +582,7 @@ BACKLOGS = [
     )
     for rate in (None, 0.5)
     for more in ({}, {"capacity": "spot-if-slack"})
+    for share in (False, True)
 ]
 
 

@@ -1,0 +1,154 @@
+"""Pools shared across policies (a policy's `placement.sharePools`): a workload takes the free room
+of another sharing policy's open pool, never grows or opens one for it, and its policy's limits
+count only the pools its own policy holds."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from burst import decide
+from burst.amounts import Money
+from burst.cloud import catalog
+from burst.config import Config
+from burst.model import (
+    BudgetView,
+    CreatePool,
+    Dispatch,
+    OfferKey,
+    OnPrem,
+    Plan,
+    PoolView,
+    ResizePool,
+    RunningWorkload,
+    Snapshot,
+)
+from tests.builders import NOW, make_config, policy_spec, workload
+
+CATALOG = catalog.shipped()
+H = timedelta(hours=1)
+BUSY_V100 = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + 3 * H),))
+P3_8X = OfferKey("aws", "eu-central-1", "p3.8xlarge", "on-demand", "V100", 4)
+
+
+def _config(share_ml: bool, share_viz: bool, viz_limits: dict[str, Any] | None = None) -> Config:
+    """Policies `ml` (namespace ml) and `viz` (namespace viz), both on aws-euc1 alone."""
+
+    def spec(namespace: str, share: bool, limits: dict[str, Any]) -> dict[str, Any]:
+        return policy_spec(
+            selector={"namespaces": [namespace]},
+            placement={"targets": ["aws-euc1"], "sharePools": share},
+            limits=limits,
+        )
+
+    return make_config(
+        ("ml", spec("ml", share_ml, {"maxPools": 1, "maxNodesPerPool": 4})),
+        ("viz", spec("viz", share_viz, viz_limits or {})),
+    )
+
+
+def _pool(name: str, policy: str, free: tuple[int, ...], hourly: str | None = None) -> PoolView:
+    return PoolView(
+        hourly=None if hourly is None else Money.of(hourly, "USD"),
+        name=name,
+        target="aws-euc1",
+        policy=policy,
+        offer=P3_8X,
+        nodes=len(free),
+        state="ready",
+        created=NOW - H,
+        free_gpus=free,
+    )
+
+
+def _viz_job(uid: str = "v1") -> Any:
+    return workload(uid, namespace="viz", team="viz", deadline=NOW + 3 * H)
+
+
+def _plans(snap: Snapshot, cfg: Config) -> Plan:
+    """The plan, checked to be the one a plan without reasons (a replay's) makes too."""
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    assert decide.plan(snap, CATALOG, cfg, NOW, skips=False).actions == plan.actions
+    return plan
+
+
+def _dispatch(plan: Plan, uid: str) -> Dispatch | None:
+    return next((a for a in plan.actions if isinstance(a, Dispatch) and a.workload == uid), None)
+
+
+def test_a_workload_takes_the_free_room_of_a_pool_its_policy_shares() -> None:
+    snap = Snapshot(
+        workloads=(_viz_job(),), onprem=BUSY_V100, pools=(_pool("ml-pool", "ml", (3,)),)
+    )
+    plan = _plans(snap, _config(share_ml=True, share_viz=True))
+    placed = _dispatch(plan, "v1")
+    assert placed is not None and placed.pool == "ml-pool", plan
+    assert "reuses pool ml-pool with free room" in placed.reason
+    assert not [a for a in plan.actions if isinstance(a, CreatePool | ResizePool)]
+
+
+def test_a_pool_is_shared_only_where_both_policies_share() -> None:
+    """Where either policy keeps its pools to itself, the viz job opens a pool of its own."""
+    snap = Snapshot(
+        workloads=(_viz_job(),), onprem=BUSY_V100, pools=(_pool("ml-pool", "ml", (3,)),)
+    )
+    for share_ml, share_viz in ((True, False), (False, True), (False, False)):
+        plan = _plans(snap, _config(share_ml, share_viz))
+        placed = _dispatch(plan, "v1")
+        assert placed is not None and placed.pool != "ml-pool", (share_ml, share_viz)
+        (created,) = [a for a in plan.actions if isinstance(a, CreatePool)]
+        assert created.policy == "viz" and created.pool == placed.pool
+
+
+def test_at_its_pool_limit_a_workload_takes_the_room_of_a_shared_pool() -> None:
+    """viz holds its one pool, full and at its node limit: the room of ml's pool is what is
+    left, and it is not refused for viz's pool limit unpriced."""
+    full = _pool("viz-pool", "viz", (0,))
+    snap = Snapshot(
+        workloads=(_viz_job(),),
+        onprem=BUSY_V100,
+        pools=(full, _pool("ml-pool", "ml", (0, 2))),
+    )
+    tight = {"maxPools": 1, "maxNodesPerPool": 1}
+    shared = _plans(snap, _config(True, True, tight))
+    placed = _dispatch(shared, "v1")
+    assert placed is not None and placed.pool == "ml-pool", shared
+    alone = _plans(snap, _config(True, False, tight))
+    assert _dispatch(alone, "v1") is None
+    assert [s.reason.rpartition(", but ")[2] for s in alone.skips if s.workload == "v1"] == [
+        "policy viz: max 1 pools reached"
+    ]
+
+
+def test_a_shared_pool_grows_for_its_own_policy_alone() -> None:
+    """ml's pool of one node is full; viz's of two is full at viz's node limit of two. viz at its
+    pool limit may not grow ml's pool, and below the limit opens a pool of its own rather than
+    growing ml's."""
+    snap = Snapshot(
+        workloads=(_viz_job(),),
+        onprem=BUSY_V100,
+        pools=(_pool("viz-pool", "viz", (0, 0)), _pool("ml-pool", "ml", (0,))),
+    )
+    at_limit = _plans(snap, _config(True, True, {"maxPools": 1, "maxNodesPerPool": 2}))
+    assert _dispatch(at_limit, "v1") is None
+    assert not [a for a in at_limit.actions if isinstance(a, ResizePool)]
+    below = _plans(snap, _config(True, True, {"maxPools": 2, "maxNodesPerPool": 2}))
+    placed = _dispatch(below, "v1")
+    assert placed is not None and placed.pool not in ("viz-pool", "ml-pool"), below
+    (created,) = [a for a in below.actions if isinstance(a, CreatePool)]
+    assert created.policy == "viz"
+
+
+def test_a_hard_budget_too_small_for_its_own_pools_still_affords_a_shared_pools_room() -> None:
+    """viz's team has 5 USD left under a hard budget. Growing viz's own pool (a node at 40 USD an
+    hour) costs far more; the room on ml's pool (1 USD a node-hour) costs cents. The least a run
+    of it may cost counts the shared room: it is not refused for the budget unpriced."""
+    snap = Snapshot(
+        workloads=(_viz_job(),),
+        onprem=BUSY_V100,
+        pools=(_pool("viz-pool", "viz", (0,), "40"), _pool("ml-pool", "ml", (0, 1), "1")),
+        budgets=(BudgetView("b-viz", "team", "viz", Money.of("5", "USD")),),
+    )
+    plan = _plans(snap, _config(True, True, {"maxPools": 1, "maxNodesPerPool": 2}))
+    placed = _dispatch(plan, "v1")
+    assert placed is not None and placed.pool == "ml-pool", plan
