@@ -57,6 +57,9 @@ class ChargeContext:
     capacity: str | None = None
     zone: str | None = None
     account: str | None = None  # the AWS account, GCP project or Azure subscription billed
+    # workload uid -> its policy, where it ran on a pool of another policy that shares its pools:
+    # a run is spent from its own policy's budgets; the pool's idle and overhead from the pool's.
+    policies: Mapping[str, str] = dataclass_field(default_factory=dict)
 
 
 def post(session: Session, charges: Iterable[Charge], context: ChargeContext, clock: Clock) -> int:
@@ -108,7 +111,7 @@ def post(session: Session, charges: Iterable[Charge], context: ChargeContext, cl
                 "workload_uid": c.workload,
                 "namespace": context.namespaces.get(c.workload or ""),
                 "team": c.team,
-                "policy": context.policy,
+                "policy": context.policies.get(c.workload or "", context.policy),
                 "provider": context.provider,
                 "region": context.region,
                 "gpu_seconds": c.gpu_seconds,

@@ -254,6 +254,7 @@ class Teardown:
             namespaces={uid: w.namespace for uid, w in workloads.items()},
             workload_ids={uid: w.id for uid, w in workloads.items()},
             workload_names={uid: f"{w.namespace}/{w.name}" for uid, w in workloads.items()},
+            policies={uid: w.policy for uid, w in workloads.items() if w.policy},
             instance_type=row.instance_type,
             capacity=row.capacity,
             zone=row.zone,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -131,6 +132,24 @@ def test_budget_counts_posted_spend_in_its_period(sessions) -> None:  # type: ig
         assert ledger.used(s, budget, clock.now(), RATES) == Money(cms, "USD")
         next_day = ledger.BudgetLimit("cms-day", "team", "cms", Money.of("100", "USD"), "day")
         assert ledger.used(s, next_day, clock.now() + timedelta(days=1), RATES) == Money(0, "USD")
+
+
+def test_a_run_on_a_pool_another_policy_shares_is_spent_from_its_own_policys_budget(
+    sessions,  # type: ignore[no-untyped-def]
+) -> None:
+    """w2, of policy viz, ran on a pool of policy ml (both share their pools): its usage is viz's
+    spend; the pool's idle and overhead, and w1's usage, are ml's."""
+    clock = FakeClock(T0 + timedelta(hours=6))
+    with sessions.begin() as s:
+        ledger.post(s, charges(), replace(CONTEXT, policies={"w1": "ml", "w2": "viz"}), clock)
+    with sessions() as s:
+        for policy, expected in (
+            ("viz", [c for c in charges() if c.workload == "w2"]),
+            ("ml", [c for c in charges() if c.workload != "w2"]),
+        ):
+            budget = ledger.BudgetLimit(policy, "policy", policy, Money.of("100", "USD"), "day")
+            spent = sum(c.amount_micros for c in expected)
+            assert spent and ledger.used(s, budget, clock.now(), RATES) == Money(spent, "USD")
 
 
 def test_period_bounds() -> None:
