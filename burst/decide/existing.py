@@ -35,6 +35,8 @@ UP_STATES = REUSABLE_STATES | {"draining", "deleting"}
 # The sends a policy's rate of work is read from: the last hour's (Snapshot.sent_last_hour).
 SENT_WINDOW = timedelta(hours=1)
 
+# A waiting workload, when its wait ends and sends it (triggers.wait_ends), and its policy.
+WaitEnd = tuple[Workload, datetime, BurstPolicy]
 # The waiting workloads' policies by uid, those of them placed in the plan, and each one's runtime.
 Claims = tuple[
     Mapping[str, BurstPolicy], Collection[str], Callable[[Workload, BurstPolicy], timedelta]
@@ -70,8 +72,12 @@ def unneeded(
     needs no more nodes than the pool has); for work that comes sooner, they are kept, up to the
     TTL."""
     policy_of, placed, runtime = claims
-    # When each waiting workload's wait ends, by policy: made once, for any of its idle pools.
-    ends: dict[str, list[tuple[Workload, datetime]]] = {}
+    # Whose work a pool of a policy takes: its own, or that of every policy sharing pools where
+    # its own does (placement.sharePools).
+    sharing = frozenset(n for n, p in config.policies.items() if p.spec.placement.share_pools)
+    # When each waiting workload's wait ends, by the policies whose work it is: made once, for
+    # any of their idle pools.
+    ends: dict[frozenset[str], list[WaitEnd]] = {}
     out = []
     for pv in sorted(snapshot.pools, key=lambda p: p.name):
         policy, target = config.policies.get(pv.policy), targets.get(pv.target)
@@ -84,17 +90,19 @@ def unneeded(
             or policy.spec.teardown.idle_ttl_choice != "next-arrival"
         ):
             continue
-        if pv.policy not in ends:
-            trigger = policy.spec.trigger
-            ends[pv.policy] = [
-                (w, when)
+        whose = sharing if pv.policy in sharing else frozenset((pv.policy,))
+        if whose not in ends:
+            ends[whose] = [
+                (w, when, of)
                 for w in snapshot.workloads
-                if policy_of.get(w.uid) is policy and w.uid not in placed
-                if (when := triggers.wait_ends(w, trigger, runtime(w, policy))) is not None
+                if (of := policy_of.get(w.uid)) is not None
+                and of.metadata.name in whose
+                and w.uid not in placed
+                if (when := triggers.wait_ends(w, of.spec.trigger, runtime(w, of))) is not None
                 and when > now
             ]
-        sent = snapshot.sent_last_hour.get(pv.policy, 0)
-        gap = expected_gap(pv, policy, ends[pv.policy], sent, catalog, now)
+        sent = sum(snapshot.sent_last_hour.get(name, 0) for name in whose)
+        gap = expected_gap(pv, ends[whose], sent, catalog, now)
         launch = target.provisioning
         if gap > launch:
             why = (
@@ -120,23 +128,27 @@ def _delete_reason(pv: PoolView, policy: BurstPolicy | None, now: datetime) -> s
 
 def expected_gap(
     pv: PoolView,
-    policy: BurstPolicy,
-    wait_ends: Iterable[tuple[Workload, datetime]],
+    wait_ends: Iterable[WaitEnd],
     sent_last_hour: int,
     catalog: Catalog,
     now: datetime,
 ) -> timedelta:
-    """How long until work is expected for the idle pool `pv`: the policy's sends of the last hour
-    taken as a steady rate (an hour over their number; with none, an hour at least), or sooner,
-    when one of its waiting workloads that the pool's nodes could run reaches the end of its wait
-    (`wait_ends`: each with when, after now, triggers.wait_ends). One past it already and still
+    """How long until work is expected for the idle pool `pv`: the sends of the last hour of the
+    policies whose work it takes, taken as a steady rate (an hour over their number; with none,
+    an hour at least), or sooner, when one of their waiting workloads that the pool's nodes could
+    run (on a target and GPU its policy allows) reaches the end of its wait (`wait_ends`: each
+    with when, after now, triggers.wait_ends, and its policy). One past it already and still
     waiting was refused by the plan: it keeps nothing."""
     gap = SENT_WINDOW / sent_last_hour if sent_last_hour else SENT_WINDOW
     offer = pv.offer
-    for w, when in wait_ends:
-        if w.gpus_per_pod > offer.gpus or (
-            w.accelerator is not None
-            and offer.accelerator not in allowed_accelerators(policy, w.accelerator, catalog)
+    for w, when, policy in wait_ends:
+        if (
+            w.gpus_per_pod > offer.gpus
+            or pv.target not in policy.spec.placement.targets
+            or (
+                w.accelerator is not None
+                and offer.accelerator not in allowed_accelerators(policy, w.accelerator, catalog)
+            )
         ):
             continue
         gap = min(gap, when - now)

@@ -4,6 +4,7 @@ count only the pools its own policy holds."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from burst.config import Config
 from burst.model import (
     BudgetView,
     CreatePool,
+    DeletePool,
     Dispatch,
     OfferKey,
     OnPrem,
@@ -31,14 +33,18 @@ BUSY_V100 = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + 3 * H),))
 P3_8X = OfferKey("aws", "eu-central-1", "p3.8xlarge", "on-demand", "V100", 4)
 
 
-def _config(share_ml: bool, share_viz: bool, viz_limits: dict[str, Any] | None = None) -> Config:
-    """Policies `ml` (namespace ml) and `viz` (namespace viz), both on aws-euc1 alone."""
+def _config(
+    share_ml: bool, share_viz: bool, viz_limits: dict[str, Any] | None = None, **more: Any
+) -> Config:
+    """Policies `ml` (namespace ml) and `viz` (namespace viz), both on aws-euc1 alone, with
+    `more` of the policy spec for both."""
 
     def spec(namespace: str, share: bool, limits: dict[str, Any]) -> dict[str, Any]:
         return policy_spec(
             selector={"namespaces": [namespace]},
             placement={"targets": ["aws-euc1"], "sharePools": share},
             limits=limits,
+            **more,
         )
 
     return make_config(
@@ -152,3 +158,38 @@ def test_a_hard_budget_too_small_for_its_own_pools_still_affords_a_shared_pools_
     plan = _plans(snap, _config(True, True, {"maxPools": 1, "maxNodesPerPool": 2}))
     placed = _dispatch(plan, "v1")
     assert placed is not None and placed.pool == "ml-pool", plan
+
+
+def test_an_idle_pool_is_kept_for_the_work_a_policy_sharing_it_expects() -> None:
+    """ml's pool is idle and chooses its TTL against the next arrival (a launch takes 10
+    minutes). A viz workload's 2-hour wait ends in 5 minutes, and viz's sends come every 6: where
+    both policies share their pools, that is this pool's work too, and the pool is kept; where
+    they do not, it goes."""
+    idle = replace(_pool("ml-pool", "ml", (4,)), idle_since=NOW - timedelta(minutes=2))
+    waits = workload(
+        "v1",
+        namespace="viz",
+        team="viz",
+        pending_since=NOW - 2 * H + timedelta(minutes=5),
+        deadline=NOW + 30 * H,
+    )
+
+    def config(share: bool) -> Config:
+        return _config(
+            share,
+            share,
+            trigger={"deadlineSafetyMargin": "30m", "maxPendingWait": "2h"},
+            teardown={"idleTtl": "30m", "idleTtlChoice": "next-arrival"},
+        )
+
+    for snap in (
+        Snapshot(workloads=(waits,), onprem=BUSY_V100, pools=(idle,)),
+        Snapshot(onprem=BUSY_V100, pools=(idle,), sent_last_hour={"viz": 10}),
+    ):
+        assert not _deleted(snap, config(True)), snap
+        assert list(_deleted(snap, config(False))) == ["ml-pool"], snap
+
+
+def _deleted(snap: Snapshot, cfg: Config) -> dict[str, str]:
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    return {a.pool: a.reason for a in plan.actions if isinstance(a, DeletePool)}
