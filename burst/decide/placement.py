@@ -244,8 +244,19 @@ class Placement:
         `shared`: the pools it may reuse, those of every policy sharing its pools where its own
         does (only its own grow for it)."""
         name = policy.metadata.name
-        pools = self.shared if shared and name in self.sharing else self.policy_pools[name]
-        return pools.of_kind(policy, w.accelerator, spot_ok, self.catalog)
+        if shared and name in self.sharing:
+            return self.shared.of_kind(
+                policy, w.accelerator, spot_ok, self.catalog, self._most_hourly(policy)
+            )
+        return self.policy_pools[name].of_kind(policy, w.accelerator, spot_ok, self.catalog)
+
+    def _most_hourly(self, policy: BurstPolicy) -> int | None:
+        """The policy's price cap per node-hour in USD micros (None: none): another policy's pool
+        dearer than that takes none of its work, as no new pool would."""
+        limits = policy.spec.limits
+        if limits.max_hourly_price is None:
+            return None
+        return self.caps.rates.to_usd(Money.of(limits.max_hourly_price, limits.currency))
 
     def _grow_at_pool_limit(
         self, want: Want, eligible: EligiblePools, max_cost_usd: int | None

@@ -245,9 +245,15 @@ class PolicyPools:
                 eligible.add(pool)
 
     def of_kind(
-        self, policy: BurstPolicy, request: str | None, spot_ok: bool, catalog: Catalog
+        self,
+        policy: BurstPolicy,
+        request: str | None,
+        spot_ok: bool,
+        catalog: Catalog,
+        most_hourly: int | None = None,
     ) -> EligiblePools:
-        """The pools a request for `request` GPUs under `policy` may use, spot if `spot_ok`."""
+        """The pools a request for `request` GPUs under `policy` may use, spot if `spot_ok`; of
+        another policy's pools, only those at most `most_hourly` USD micros a node-hour."""
         kind = (policy.metadata.name, request, spot_ok)  # one policy's, or those sharing pools
         found = self.kinds.get(kind)
         if found is None:
@@ -258,6 +264,8 @@ class PolicyPools:
             allowed = frozenset(allowed_accelerators(policy, request, catalog))
             targets = frozenset(policy.spec.placement.targets)
             found = EligiblePools(targets, allowed, spot_ok, self.now)
+            if most_hourly is not None:
+                found.priced_within(policy.metadata.name, most_hourly)
             admitted = [
                 group
                 for (target, accelerator, spot), group in self.groups.items()
@@ -293,12 +301,27 @@ class EligiblePools:
         self._growable_sorted = True
         self._growth: list[_Block] | None = None
         self._growth_for: dict[int, list[_Block]] = {}  # per GPUs per pod
+        # Another policy's pools admitted only at most this a node-hour (priced_within()).
+        self._owner = ""
+        self._most_hourly: int | None = None
+
+    def priced_within(self, policy: str, most_hourly: int) -> None:
+        """Admit another policy than `policy`'s pools only at most `most_hourly` a node-hour."""
+        self._owner, self._most_hourly = policy, most_hourly
 
     def admits(self, pool: OpenPool) -> bool:
         return (
             pool.target.name in self.targets
             and pool.offer.accelerator in self.allowed
             and (self.spot_ok or pool.offer.capacity != "spot")
+            and self._priced_ok(pool)
+        )
+
+    def _priced_ok(self, pool: OpenPool) -> bool:
+        return (
+            self._most_hourly is None
+            or pool.policy == self._owner
+            or pool.hourly_micros <= self._most_hourly
         )
 
     def fill(
@@ -309,7 +332,9 @@ class EligiblePools:
     ) -> None:
         """Every pool it admits, from the groups of the policy's pools it admits (each in the order
         opened) and the policy's pools in both orders."""
-        self.pools = sorted((p for group in groups for p in group), key=_opened)
+        self.pools = sorted(
+            (p for group in groups for p in group if self._priced_ok(p)), key=_opened
+        )
         self.interruptible = [p for p in self.pools if p.offer.gpus >= 1 and p.interruptible]
         mine = {p.seq for p in self.pools if not p.interruptible}
         self._priced = [p for p in by_gpu_price if p.seq in mine]

@@ -214,6 +214,20 @@ def _pool_offers(snap: Snapshot, plan: Plan) -> dict[str, tuple[OfferKey, str, s
     return found
 
 
+def _hourly(snap: Snapshot, plan: Plan, pool: str) -> Money:
+    """A pool's price per node-hour: a new one's; an existing one's as its dispatches reserved
+    it, else the catalog's."""
+    for a in plan.actions:
+        if isinstance(a, CreatePool) and a.pool == pool:
+            return a.hourly
+    (pv,) = [p for p in snap.pools if p.name == pool]
+    if pv.hourly is not None:
+        return pv.hourly
+    offer = CATALOG.get(pv.offer)
+    assert offer is not None
+    return offer.hourly
+
+
 def no_plan_exceeds_a_hard_budget(snap: Snapshot, cfg: Config, plan: Plan) -> None:
     by_uid = {w.uid: w for w in snap.workloads}
     for b in snap.budgets:
@@ -273,6 +287,11 @@ def dispatches_respect_gpu_and_target(snap: Snapshot, cfg: Config, plan: Plan) -
         if pool_policy != policy_name:  # another policy's pool: both share theirs
             assert policy.spec.placement.share_pools
             assert cfg.policies[pool_policy].spec.placement.share_pools
+            # and it is no dearer than the workload's policy allows a node-hour
+            limits = policy.spec.limits
+            if limits.max_hourly_price is not None:
+                rate = Decimal(1) if limits.currency == "USD" else Decimal(RATES[limits.currency])
+                assert _hourly(snap, plan, d.pool).to_decimal() * rate <= limits.max_hourly_price
         assert offer.accelerator in decide.allowed_accelerators(policy, w.accelerator, CATALOG)
         assert target in policy.spec.placement.targets and d.target == target
         assert (offer.cloud, offer.region) == regions[target]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+from unittest.mock import ANY
 
 from burst import decide
 from burst.amounts import Money
@@ -193,3 +194,20 @@ def test_an_idle_pool_is_kept_for_the_work_a_policy_sharing_it_expects() -> None
 def _deleted(snap: Snapshot, cfg: Config) -> dict[str, str]:
     plan = decide.plan(snap, CATALOG, cfg, NOW)
     return {a.pool: a.reason for a in plan.actions if isinstance(a, DeletePool)}
+
+
+def test_a_shared_pool_dearer_than_a_policys_price_cap_takes_none_of_its_work() -> None:
+    """ml's pool has room at 40 USD a node-hour; viz allows at most 20: its job opens a pool of
+    its own, as it would be refused a new pool at that price."""
+    snap = Snapshot(
+        workloads=(_viz_job(),),
+        onprem=BUSY_V100,
+        pools=(_pool("ml-pool", "ml", (3,), "40"),),
+    )
+    cheap = _plans(snap, _config(True, True, {"maxHourlyPrice": "20"}))
+    placed = _dispatch(cheap, "v1")
+    assert placed is not None and placed.pool != "ml-pool", cheap
+    dear = _plans(snap, _config(True, True, {"maxHourlyPrice": "45"}))
+    assert _dispatch(dear, "v1") == replace(
+        placed, pool="ml-pool", reason=ANY, estimated_cost=ANY, estimated_finish=ANY
+    )
