@@ -76,13 +76,32 @@ apiVersion: burst.dev/v1
 kind: BurstPolicy
 metadata: {{name: training}}
 spec:
-  selector: {{namespaces: [cms-ml, atlas-ml, theory]}}
+  selector: {{namespaces: [cms-ml, atlas-ml]}}
   trigger: {{deadlineSafetyMargin: 2s, maxPendingWait: 30s}}
   placement:
     targets: [sim-aws, sim-gcp]
     accelerators: {{V100: [V100, A10G, L4, A100]}}
     capacity: spot-if-slack
-  limits: {{currency: USD, maxNodesPerPool: 4, maxPools: 6}}
+    sharePools: true
+  limits: {{currency: USD, maxNodesPerPool: 4, maxPools: 3}}
+  teardown: {{idleTtl: 4s, maxLifetime: 10m}}
+  replication: {{imageRegistries: [registry.cern.ch], secrets: [wandb-api-key]}}
+  defaults: {{expectedRuntime: 20s}}
+---
+# theory's jobs, under their own hard budget, take the room of training's pools and theirs
+# theory's (placement.sharePools): each run spent from its own budget.
+apiVersion: burst.dev/v1
+kind: BurstPolicy
+metadata: {{name: theory}}
+spec:
+  selector: {{namespaces: [theory]}}
+  trigger: {{deadlineSafetyMargin: 2s, maxPendingWait: 30s}}
+  placement:
+    targets: [sim-aws, sim-gcp]
+    accelerators: {{V100: [V100, A10G, L4, A100]}}
+    capacity: spot-if-slack
+    sharePools: true
+  limits: {{currency: USD, maxNodesPerPool: 4, maxPools: 3}}
   teardown: {{idleTtl: 4s, maxLifetime: 10m}}
   replication: {{imageRegistries: [registry.cern.ch], secrets: [wandb-api-key]}}
   defaults: {{expectedRuntime: 20s}}
@@ -142,6 +161,7 @@ class Report:
     # (s, workloads by state) every BACKLOG_S: what the service holds as memory grows
     backlog: list[tuple[float, dict[str, int]]] = field(default_factory=list)
     pools: int = 0
+    shared: int = 0  # dispatches onto a pool of another policy (placement.sharePools)
     drained_s: float | None = None
     # namespace/name of each workload still planned or dispatched when the drain ended; what its
     # copy and pods showed then is in the workdir's undrained.json
@@ -261,7 +281,7 @@ class Soak:
                     orphan_grace=ORPHAN_GRACE + ORPHAN_GC,
                     pass_interval=PASS,
                     budgets={"theory": self.settings.budget_micros},
-                    max_pools=6,  # as the policy says
+                    max_pools={"training": 3, "theory": 3},  # as the policies say
                     max_nodes=4,
                 )
                 for name in ("a", "b"):
@@ -572,6 +592,12 @@ class Soak:
                 db.execute(text("SELECT state, COUNT(*) FROM workloads GROUP BY state")).all()
             )
             self.report.pools = db.execute(text("SELECT COUNT(*) FROM pools")).scalar_one()
+            self.report.shared = db.execute(
+                text(
+                    "SELECT COUNT(*) FROM dispatches d JOIN workloads w ON w.id = d.workload_id "
+                    "JOIN pools p ON p.id = d.pool_id WHERE w.policy <> p.policy"
+                )
+            ).scalar_one()
 
 
 def decision_latency(engine: Any, local: Any) -> dict[str, Any]:

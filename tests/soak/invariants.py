@@ -17,8 +17,8 @@ passes only with every count at zero.
   length the replicas' metrics report lately), or any such pool left at the end.
 - `foreign_pool_touched`: the pool of another installation deleted or resized.
 - `budget_exceeded`: a hard budget's posted spend in its period above its amount.
-- `cap_exceeded`: more live pools of the installation in the clouds than the policy's maxPools,
-  or a pool with more nodes than its maxNodesPerPool.
+- `cap_exceeded`: more live pools of a policy of the installation in the clouds than its
+  maxPools, or a pool with more nodes than its maxNodesPerPool.
 - `ledger_changed`: a ledger row updated or deleted once seen.
 - `ledger_mismatch`: at the end, a pool's ledger total off the integral of its nodes' lifetimes x
   the offer's price under the cloud's billing rule by more than the service can see (its pass
@@ -34,7 +34,8 @@ passes only with every count at zero.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,7 +46,7 @@ from sqlalchemy import Engine, inspect, text
 
 from burst.cloud import catalog
 from burst.kube.translate import ORIGIN_UID
-from burst.model import TAG_OWNER, OfferKey
+from burst.model import TAG_OWNER, TAG_POLICY, OfferKey
 from burst.money.meter import BILLING
 
 KINDS = (
@@ -74,7 +75,7 @@ class Checker:
     orphan_grace: timedelta
     pass_interval: timedelta
     budgets: dict[str, int]  # hard budget namespace -> amount in USD micros per day
-    max_pools: int
+    max_pools: Mapping[str, int]  # per policy
     max_nodes: int
     # The mean pass of the last minutes as the replicas' metrics tell (the harness sets it): an
     # orphan is collected by a pass, and under load a pass takes many seconds, not one.
@@ -187,8 +188,12 @@ class Checker:
             for p in cloud.get("pools", [])
             if p["tags"].get(TAG_OWNER) == self.installation and not p["deleted"]
         ]
-        if len(mine) > self.max_pools:
-            self._broken("cap_exceeded", f"{len(mine)} pools up, maxPools {self.max_pools}")
+        up = Counter(p["tags"].get(TAG_POLICY) for p in mine)
+        for policy, count in up.items():
+            if count > self.max_pools.get(policy or "", 0):
+                self._broken(
+                    "cap_exceeded", f"{count} pools of {policy} up, maxPools {self.max_pools}"
+                )
         for p in mine:
             if len(p["nodes"]) > self.max_nodes:
                 self._broken("cap_exceeded", f"{p['spec']['name']}: {len(p['nodes'])} nodes")

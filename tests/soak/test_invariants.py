@@ -67,7 +67,7 @@ def test_each_broken_promise_is_counted(tmp_path: Path) -> None:
         orphan_grace=timedelta(0),
         pass_interval=timedelta(0),
         budgets={"theory": 1_000},
-        max_pools=2,
+        max_pools={"p": 2},
         max_nodes=1,
     )
     try:
@@ -217,7 +217,7 @@ def test_the_bills_count_pools_the_clouds_have_forgotten(tmp_path: Path) -> None
         ("sim-aws", "theirs"),
         *[timedelta(0)] * 2,
         budgets={},
-        max_pools=2,
+        max_pools={"p": 2},
         max_nodes=2,
     )
     aws.create_pool(

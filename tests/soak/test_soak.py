@@ -34,3 +34,4 @@ def test_a_short_soak_under_every_fault_keeps_every_promise(tmp_path: Path) -> N
     assert in_flight and all(set(e) >= {"workload", "copy_status", "pods"} for e in in_flight)
     assert report.fed >= 200 and report.workloads.get("succeeded", 0) > 0, report.workloads
     assert report.checks > 30  # the checker looked all along, not only at the end
+    assert report.shared > 0  # theory's jobs and training's took each other's pools' room
