@@ -17,7 +17,7 @@ from typing import Literal
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
-from burst.config import Config
+from burst.config import BurstPolicy, Config, selector_matches
 from burst.decide.cluster import Nodes, largest_product
 from burst.model import (
     BudgetView,
@@ -156,6 +156,10 @@ def usd_rate(config: Config, currency: str) -> Decimal:
     return Decimal(1) if currency == "USD" else config.service.spec.usd_rates()[currency]
 
 
+def _claims(policy: BurstPolicy, namespace: str) -> bool:
+    return selector_matches(policy.spec.selector, namespace, {})
+
+
 class _VirtualClock:
     """The World's virtual time as a Clock, for the offer back-off it shares with the service."""
 
@@ -272,6 +276,14 @@ class WorldState:
         # dropped when the job is planned, unplanned or leaves the queue.
         self.queued_as: dict[int, Workload] = {}
         self.budgets = ledger.budget_limits(config)
+        # A trace job's policy, by its team (its namespace; trace jobs carry no labels): the first
+        # by name whose selector claims it, as the decision claims it (decide/planner.py).
+        self.policy_of_team = {
+            team: next(
+                (n for n in sorted(config.policies) if _claims(config.policies[n], team)), ""
+            )
+            for team in {j.team for j in jobs}
+        }
         self.budget_used: dict[tuple[str, datetime], int] = {}  # USD micros per period
         self.budget_held: dict[int, int] = {}  # USD micros reserved per job in a cloud
         self._held: dict[str, int] = {}  # and per budget
@@ -344,21 +356,23 @@ class WorldState:
         s = self.jobs[i].spec
         return pool.hourly_micros * s.gpus * s.duration // (3600 * pool.offer.gpus)
 
-    def _budgets_of(self, i: int, policy: str) -> list[ledger.BudgetLimit]:
+    def _budgets_of(self, i: int) -> list[ledger.BudgetLimit]:
+        """The budgets over job i: its team's, its namespace's and its own policy's, whatever
+        policy's pool it runs on (placement.sharePools), as the ledger spends a run."""
         team = self.jobs[i].spec.team
-        scopes = {("team", team), ("policy", policy), ("namespace", team)}
+        scopes = {("team", team), ("policy", self.policy_of_team[team]), ("namespace", team)}
         return [b for b in self.budgets if (b.scope, b.value) in scopes]
 
     def _hold(self, i: int, pool: Pool) -> None:
         """Reserve the job's expected usage against its budgets while it runs (as the ledger does)."""
         micros = self._job_usage(i, pool)
         self.budget_held[i] = micros
-        for b in self._budgets_of(i, pool.policy):
+        for b in self._budgets_of(i):
             self._held[b.name] = self._held.get(b.name, 0) + micros
 
     def _unhold(self, i: int, pool: Pool) -> None:
         micros = self.budget_held.pop(i, 0)
-        for b in self._budgets_of(i, pool.policy):
+        for b in self._budgets_of(i):
             self._held[b.name] -= micros
 
     def _charge(self, i: int, pool: Pool) -> None:
@@ -367,7 +381,7 @@ class WorldState:
         job_id = self.jobs[i].spec.job_id
         self.job_usage[job_id] = self.job_usage.get(job_id, 0) + used
         now = self.dt(self.now)
-        for b in self._budgets_of(i, pool.policy):
+        for b in self._budgets_of(i):
             key = (b.name, ledger.period_bounds(b.period, now)[0])
             self.budget_used[key] = self.budget_used.get(key, 0) + used
 

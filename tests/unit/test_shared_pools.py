@@ -211,3 +211,72 @@ def test_a_shared_pool_dearer_than_a_policys_price_cap_takes_none_of_its_work() 
     assert _dispatch(dear, "v1") == replace(
         placed, pool="ml-pool", reason=ANY, estimated_cost=ANY, estimated_finish=ANY
     )
+
+
+def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_budget() -> None:
+    """The replay's budgets keep to the ledger's rule: an atlas-ml job (policy atlas) that runs in
+    the room of a cms-ml job's pool (policy cms) is spent from atlas's budget, not cms's."""
+    from burst import config as configuration
+    from burst.config import Budget
+    from burst.sim import simulate, variants
+    from burst.sim.state import CloudModel
+    from burst.sim.trace import SimJob
+    from providers.sim import Latency
+    from tests.conftest import ROOT
+
+    shipped = catalog.shipped()
+    example = configuration.load(
+        [ROOT / "docs" / "examples" / "simulate"],
+        configuration.Vocabulary(shipped.regions(), shipped.accelerators()),
+    )
+    ((_, policy),) = example.policies.items()
+    policies = {}
+    for ns, name in (("cms-ml", "cms"), ("atlas-ml", "atlas")):
+        selector = policy.spec.selector.model_copy(update={"namespaces": [ns]})
+        policies[name] = policy.model_copy(
+            update={
+                "metadata": policy.metadata.model_copy(update={"name": name}),
+                "spec": policy.spec.model_copy(update={"selector": selector}),
+            }
+        )
+    cfg = replace(example, policies=policies)
+    for name in policies:
+        cfg = variants.with_placement(cfg, name, share_pools=True, capacity="on-demand")
+    budgets = {
+        name: Budget.model_validate(
+            {
+                "apiVersion": "burst.dev/v1",
+                "kind": "Budget",
+                "metadata": {"name": name},
+                "spec": {
+                    "scope": {"policy": name},
+                    "period": "month",
+                    "amount": "100000",
+                    "currency": "USD",
+                    "enforcement": "soft",
+                },
+            }
+        )
+        for name in policies
+    }
+    cfg = replace(cfg, budgets=budgets)
+    steady = CloudModel(
+        shortage=0,
+        launch_failure=0,
+        spot_interruptions_per_hour=0,
+        latency={c: Latency(median_s=300, sigma=0, cap_s=3600) for c in ("aws", "gcp", "azure")},
+    )
+    jobs = [  # on-prem held for a day; then three GPUs of cms-ml's, one of atlas-ml's
+        SimJob("hold", 0, 86_400, 8, 1, 8, 200_000, "cms-ml"),
+        SimJob("cms", 10, 7_200, 3, 1, 3, 10_000, "cms-ml"),
+        SimJob("atlas", 1_000, 3_600, 1, 1, 1, 10_000, "atlas-ml"),
+    ]
+    world = simulate.World(jobs, {"V100": 8}, cfg, shipped, seed=1, clouds=steady)
+    world.run(simulate.Burst(cfg))
+    ran = {j.spec.job_id: j for j in world.jobs}
+    assert ran["atlas"].ran_in_cloud and ran["cms"].ran_in_cloud
+    assert [p.policy for p in world.pool_list] == ["cms"]  # one pool: both ran there
+    spent = {
+        name: sum(v for (b, _), v in world.budget_used.items() if b == name) for name in budgets
+    }
+    assert spent == {"cms": world.job_usage["cms"], "atlas": world.job_usage["atlas"]}
