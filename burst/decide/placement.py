@@ -1,5 +1,6 @@
 """Step 2 of the decision: placement. A workload that wants to burst goes into an open pool with free
-room if one fits its policy and deadline, else onto the offer with the lowest total estimated cost
+room if one fits its policy and deadline (its policy's, or one of another policy where both share
+their pools, placement.sharePools), else onto the offer with the lowest total estimated cost
 (node-hours for provisioning + runtime + the idle tail before teardown; ties to the earliest
 finish), growing a pool of that offer before opening a new one; at the policy's pool limit only
 growing is left. Every placement passes the caps (caps.py) and reserves its estimate. When no cloud

@@ -2,7 +2,8 @@
 its free GPUs per node; how they are kept for the workloads that may use them; and the
 deterministic name a new pool gets.
 
-The open pools of a policy (`PolicyPools`) are sorted once per plan, and each kind of request (its
+The open pools of a policy (`PolicyPools`; and those of all policies that share their pools, which
+their workloads may reuse) are sorted once per plan, and each kind of request (its
 GPU request, spot allowed or not) keeps those it may use (`EligiblePools`) in two orders, as
 reuse.py reads them: by price per GPU for reuse, by price per node in lists of one node size for
 growth. Both are cut into blocks of about sqrt(n) pools that know the most free room (and the

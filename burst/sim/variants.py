@@ -139,3 +139,25 @@ def worded(fixed: timedelta, share: float) -> str:
     parts = [format_duration(fixed)] if fixed or not share else []
     parts += [f"{share * 100:g} % of each runtime"] if share else []
     return " + ".join(parts)
+
+
+def per_namespace(config: Config, policy: str, share: bool, max_pools: int | None = None) -> Config:
+    """The configuration with `policy` made one policy per namespace it selects, each named for
+    its namespace and otherwise the same (with `max_pools` pools, where given), sharing their
+    pools (placement.sharePools) or not: what pools shared across policies change, on the same
+    jobs."""
+    p = config.policies[policy]
+    split = {name: q for name, q in config.policies.items() if name != policy}
+    for ns in p.spec.selector.namespaces:
+        selector = p.spec.selector.model_copy(update={"namespaces": [ns]})
+        placement = p.spec.placement.model_copy(update={"share_pools": share})
+        limits = p.spec.limits.model_copy(
+            update={"max_pools": max_pools or p.spec.limits.max_pools}
+        )
+        spec = p.spec.model_copy(
+            update={"selector": selector, "placement": placement, "limits": limits}
+        )
+        split[ns] = p.model_copy(
+            update={"metadata": p.metadata.model_copy(update={"name": ns}), "spec": spec}
+        )
+    return replace_dataclass(config, policies=split)

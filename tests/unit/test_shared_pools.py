@@ -9,10 +9,11 @@ from datetime import timedelta
 from typing import Any
 from unittest.mock import ANY
 
+from burst import config as configuration
 from burst import decide
 from burst.amounts import Money
 from burst.cloud import catalog
-from burst.config import Config
+from burst.config import Budget, Config
 from burst.model import (
     BudgetView,
     CreatePool,
@@ -26,7 +27,12 @@ from burst.model import (
     RunningWorkload,
     Snapshot,
 )
+from burst.sim import simulate, variants
+from burst.sim.state import CloudModel
+from burst.sim.trace import SimJob
+from providers.sim import Latency
 from tests.builders import NOW, make_config, policy_spec, workload
+from tests.conftest import ROOT
 
 CATALOG = catalog.shipped()
 H = timedelta(hours=1)
@@ -214,34 +220,17 @@ def test_a_shared_pool_dearer_than_a_policys_price_cap_takes_none_of_its_work() 
 
 
 def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_budget() -> None:
-    """The replay's budgets keep to the ledger's rule: an atlas-ml job (policy atlas) that runs in
-    the room of a cms-ml job's pool (policy cms) is spent from atlas's budget, not cms's."""
-    from burst import config as configuration
-    from burst.config import Budget
-    from burst.sim import simulate, variants
-    from burst.sim.state import CloudModel
-    from burst.sim.trace import SimJob
-    from providers.sim import Latency
-    from tests.conftest import ROOT
-
+    """The replay's budgets keep to the ledger's rule: an atlas-ml job (policy atlas-ml) that runs
+    in the room of a cms-ml job's pool (policy cms-ml) is spent from atlas-ml's budget, not
+    cms-ml's (variants.per_namespace makes a policy of each namespace)."""
     shipped = catalog.shipped()
     example = configuration.load(
         [ROOT / "docs" / "examples" / "simulate"],
         configuration.Vocabulary(shipped.regions(), shipped.accelerators()),
     )
-    ((_, policy),) = example.policies.items()
-    policies = {}
-    for ns, name in (("cms-ml", "cms"), ("atlas-ml", "atlas")):
-        selector = policy.spec.selector.model_copy(update={"namespaces": [ns]})
-        policies[name] = policy.model_copy(
-            update={
-                "metadata": policy.metadata.model_copy(update={"name": name}),
-                "spec": policy.spec.model_copy(update={"selector": selector}),
-            }
-        )
-    cfg = replace(example, policies=policies)
-    for name in policies:
-        cfg = variants.with_placement(cfg, name, share_pools=True, capacity="on-demand")
+    cfg = variants.per_namespace(example, "ml-training", share=True)
+    for name in cfg.policies:
+        cfg = variants.with_placement(cfg, name, capacity="on-demand")
     budgets = {
         name: Budget.model_validate(
             {
@@ -257,7 +246,7 @@ def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_bu
                 },
             }
         )
-        for name in policies
+        for name in ("cms-ml", "atlas-ml")
     }
     cfg = replace(cfg, budgets=budgets)
     steady = CloudModel(
@@ -275,8 +264,8 @@ def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_bu
     world.run(simulate.Burst(cfg))
     ran = {j.spec.job_id: j for j in world.jobs}
     assert ran["atlas"].ran_in_cloud and ran["cms"].ran_in_cloud
-    assert [p.policy for p in world.pool_list] == ["cms"]  # one pool: both ran there
+    assert [p.policy for p in world.pool_list] == ["cms-ml"]  # one pool: both ran there
     spent = {
         name: sum(v for (b, _), v in world.budget_used.items() if b == name) for name in budgets
     }
-    assert spent == {"cms": world.job_usage["cms"], "atlas": world.job_usage["atlas"]}
+    assert spent == {"cms-ml": world.job_usage["cms"], "atlas-ml": world.job_usage["atlas"]}
