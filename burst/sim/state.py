@@ -276,6 +276,10 @@ class WorldState:
         # dropped when the job is planned, unplanned or leaves the queue.
         self.queued_as: dict[int, Workload] = {}
         self.budgets = ledger.budget_limits(config)
+        # The policies that share their pools (placement.sharePools).
+        self.sharing = frozenset(
+            n for n, p in config.policies.items() if p.spec.placement.share_pools
+        )
         # A trace job's policy, by its team (its namespace; trace jobs carry no labels): the first
         # by name whose selector claims it, as the decision claims it (decide/planner.py).
         self.policy_of_team = {

@@ -4,6 +4,7 @@ count only the pools its own policy holds."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -28,11 +29,10 @@ from burst.model import (
     Snapshot,
 )
 from burst.sim import simulate, variants
-from burst.sim.state import CloudModel
 from burst.sim.trace import SimJob
-from providers.sim import Latency
 from tests.builders import NOW, make_config, policy_spec, workload
 from tests.conftest import ROOT
+from tests.unit.test_simulate import CFG, OFFERS, STEADY
 
 CATALOG = catalog.shipped()
 H = timedelta(hours=1)
@@ -249,18 +249,12 @@ def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_bu
         for name in ("cms-ml", "atlas-ml")
     }
     cfg = replace(cfg, budgets=budgets)
-    steady = CloudModel(
-        shortage=0,
-        launch_failure=0,
-        spot_interruptions_per_hour=0,
-        latency={c: Latency(median_s=300, sigma=0, cap_s=3600) for c in ("aws", "gcp", "azure")},
-    )
     jobs = [  # on-prem held for a day; then three GPUs of cms-ml's, one of atlas-ml's
         SimJob("hold", 0, 86_400, 8, 1, 8, 200_000, "cms-ml"),
         SimJob("cms", 10, 7_200, 3, 1, 3, 10_000, "cms-ml"),
         SimJob("atlas", 1_000, 3_600, 1, 1, 1, 10_000, "atlas-ml"),
     ]
-    world = simulate.World(jobs, {"V100": 8}, cfg, shipped, seed=1, clouds=steady)
+    world = simulate.World(jobs, {"V100": 8}, cfg, shipped, seed=1, clouds=STEADY)
     world.run(simulate.Burst(cfg))
     ran = {j.spec.job_id: j for j in world.jobs}
     assert ran["atlas"].ran_in_cloud and ran["cms"].ran_in_cloud
@@ -269,3 +263,36 @@ def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_bu
         name: sum(v for (b, _), v in world.budget_used.items() if b == name) for name in budgets
     }
     assert spent == {"cms-ml": world.job_usage["cms"], "atlas-ml": world.job_usage["atlas"]}
+
+
+def test_a_replayed_idle_shared_pool_goes_when_the_sharing_policies_sends_fall_below_its_keep() -> (
+    None
+):
+    """As the replay's own next-arrival test (test_simulate.py), with the tight jobs' sends
+    alternating between two policies that share their pools: an idle pool is kept by the sends of
+    both, and is asked about again, and goes, when the second send is an hour old, not at its
+    2-hour TTL (the sends of its own policy alone never kept it)."""
+    assert CFG.service is not None
+    launch = next(t.provisioning for t in CFG.service.spec.targets if t.cloud == "gcp")
+    needed = math.ceil(H / launch)
+    hog = SimJob("hog", 0, 4 * 3600, 8, 1, 8, 10**6, "cms-ml")
+    tight = [
+        SimJob(
+            f"t{i}", 10 + 60 * i, 600, 1, 1, 1, 10 + 60 * i + 3600, ("cms-ml", "atlas-ml")[i % 2]
+        )
+        for i in range(needed + 1)
+    ]
+    cfg = variants.per_namespace(CFG, "ml-training", share=True)
+    for name in ("cms-ml", "atlas-ml", "ml-research"):
+        cfg = variants.with_teardown(
+            cfg, name, idle_ttl=timedelta(hours=2), idle_ttl_choice="next-arrival"
+        )
+    world = simulate.World([hog, *tight], {"V100": 8}, cfg, OFFERS, seed=1, clouds=STEADY)
+    world.run(simulate.Burst(cfg))
+    assert all(j.ran_in_cloud for j in world.jobs[1:])
+    sent = [math.ceil(j.spec.submit / world.tick) * world.tick for j in world.jobs[1:]]
+    falls = sent[1] + 3600
+    assert {p.policy for p in world.pool_list} == {"cms-ml", "atlas-ml"}
+    for pool in world.pool_list:
+        assert pool.idle_since is not None
+        assert pool.idle_since + 600 < falls <= (pool.closed or 0) < falls + world.tick
