@@ -2,9 +2,9 @@
 shipped trace when the example policy's three namespaces are three policies, with and without
 `placement.sharePools`, beside the one policy of docs/examples/simulate.
 
-Each of the three policies is the example policy for one namespace, with a third of its pool limit
-(21 pools of its 64; the one policy keeps all 64). The trace's jobs and their teams are the same in
-all three replays: each job falls under the policy of its namespace. Realistic clouds, seed 1,
+Each of the three policies is the example policy for one namespace, with its limits (64 pools
+each): what sharing changes, not what a smaller limit does. The trace's jobs and their teams are
+the same in all three replays: each job falls under the policy of its namespace. Realistic clouds, seed 1,
 deadline slack uniform:1.5:4, the default on-prem size, exact runtimes. Prints one JSON object per
 trace and configuration.
 
@@ -44,11 +44,10 @@ def main() -> None:
     offers = shipped.with_overrides(cfg.service.spec.catalog)
     teams = simulate.policy_of(cfg).spec.selector.namespaces
     (name,) = cfg.policies
-    third = max(1, cfg.policies[name].spec.limits.max_pools // len(teams))
     configurations = {
         "one policy": cfg,
-        "a policy per namespace": variants.per_namespace(cfg, name, False, third),
-        "a policy per namespace, sharing pools": variants.per_namespace(cfg, name, True, third),
+        "a policy per namespace": variants.per_namespace(cfg, name, share=False),
+        "a policy per namespace, sharing pools": variants.per_namespace(cfg, name, share=True),
     }
     for name in args.traces.split(","):
         raw = trace.read(TRACES / FILES[name])

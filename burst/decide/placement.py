@@ -60,6 +60,7 @@ class Placement:
         # The policies that share their pools (placement.sharePools), and the open pools of all
         # of them: what their workloads may reuse.
         self.sharing, self.shared = sharing, PolicyPools(now)
+        self._most_hourly: dict[str, int | None] = {}  # per sharing policy, USD micros
         # Per policy, its pools past their lifetime that still run work (reuse.best_at_pool_limit).
         self.draining: defaultdict[str, list[OpenPool]] = defaultdict(list)
         self.dispatches: list[Dispatch] = []
@@ -196,6 +197,8 @@ class Placement:
             if why is None:
                 pool.place(w, reuse.finish)
                 where = f"reuses pool {pool.name} with free room"
+                if pool.policy != p.metadata.name:
+                    where += f" (policy {pool.policy} shares it)"
                 self._dispatch(want, pool, reuse.cost, reuse.finish, where)
                 return None
             refusals.append(why)
@@ -246,18 +249,17 @@ class Placement:
         does (only its own grow for it)."""
         name = policy.metadata.name
         if shared and name in self.sharing:
+            if name not in self._most_hourly:
+                # Its price cap a node-hour: another policy's pool dearer than that takes none of
+                # its work, as no new pool would.
+                cap, limits = None, policy.spec.limits
+                if limits.max_hourly_price is not None:
+                    cap = self.caps.rates.to_usd(Money.of(limits.max_hourly_price, limits.currency))
+                self._most_hourly[name] = cap
             return self.shared.of_kind(
-                policy, w.accelerator, spot_ok, self.catalog, self._most_hourly(policy)
+                policy, w.accelerator, spot_ok, self.catalog, self._most_hourly[name]
             )
         return self.policy_pools[name].of_kind(policy, w.accelerator, spot_ok, self.catalog)
-
-    def _most_hourly(self, policy: BurstPolicy) -> int | None:
-        """The policy's price cap per node-hour in USD micros (None: none): another policy's pool
-        dearer than that takes none of its work, as no new pool would."""
-        limits = policy.spec.limits
-        if limits.max_hourly_price is None:
-            return None
-        return self.caps.rates.to_usd(Money.of(limits.max_hourly_price, limits.currency))
 
     def _grow_at_pool_limit(
         self, want: Want, eligible: EligiblePools, max_cost_usd: int | None

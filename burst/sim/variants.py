@@ -141,22 +141,16 @@ def worded(fixed: timedelta, share: float) -> str:
     return " + ".join(parts)
 
 
-def per_namespace(config: Config, policy: str, share: bool, max_pools: int | None = None) -> Config:
+def per_namespace(config: Config, policy: str, share: bool) -> Config:
     """The configuration with `policy` made one policy per namespace it selects, each named for
-    its namespace and otherwise the same (with `max_pools` pools, where given), sharing their
-    pools (placement.sharePools) or not: what pools shared across policies change, on the same
-    jobs."""
+    its namespace and otherwise the same, sharing their pools (placement.sharePools) or not: what
+    pools shared across policies change, on the same jobs."""
     p = config.policies[policy]
     split = {name: q for name, q in config.policies.items() if name != policy}
     for ns in p.spec.selector.namespaces:
         selector = p.spec.selector.model_copy(update={"namespaces": [ns]})
         placement = p.spec.placement.model_copy(update={"share_pools": share})
-        limits = p.spec.limits.model_copy(
-            update={"max_pools": max_pools or p.spec.limits.max_pools}
-        )
-        spec = p.spec.model_copy(
-            update={"selector": selector, "placement": placement, "limits": limits}
-        )
+        spec = p.spec.model_copy(update={"selector": selector, "placement": placement})
         split[ns] = p.model_copy(
             update={"metadata": p.metadata.model_copy(update={"name": ns}), "spec": spec}
         )

@@ -96,7 +96,7 @@ def test_a_workload_takes_the_free_room_of_a_pool_its_policy_shares() -> None:
     plan = _plans(snap, _config(share_ml=True, share_viz=True))
     placed = _dispatch(plan, "v1")
     assert placed is not None and placed.pool == "ml-pool", plan
-    assert "reuses pool ml-pool with free room" in placed.reason
+    assert "reuses pool ml-pool with free room (policy ml shares it)" in placed.reason
     assert not [a for a in plan.actions if isinstance(a, CreatePool | ResizePool)]
 
 
