@@ -379,10 +379,9 @@ class Trigger(Strict):
     # minutes by seconds). 0.25: a run of 4 h has an hour more.
     deadline_safety_share: float = Field(default=0.0, ge=0, le=10)
     # The share of the expected runtime the deadline trigger counts: 1 trusts the estimate; 0.5
-    # bursts a workload for its deadline only when a run half as long would still miss it
-    # on-prem. For runtimes that are guesses, as often twice too long as half too short, a
-    # deadline that the guess alone puts at risk is mostly met (the share nine runs in ten
-    # exceed). The margin above is added as before.
+    # bursts a workload for its deadline only when a run half as long would still miss it on-prem.
+    # For guessed runtimes, as often twice too long as half too short, a deadline the guess alone
+    # puts at risk is mostly met (the share nine runs in ten exceed). The margin is added too.
     deadline_runtime_share: float = Field(default=1.0, gt=0, le=1)
     max_pending_wait: Duration | None = None
     quota_exhausted: bool = False
@@ -405,11 +404,7 @@ class Placement(Strict):
     # restarts the run from scratch; a target's spotInterruptionsPerHour sets how often). None:
     # any run the capacity policy allows.
     max_spot_delay: Duration | None = None
-    # Its workloads may take the free room of open pools of other policies that share theirs, and
-    # theirs its: only room the pool has (a pool grows and opens for its own policy alone, within
-    # that policy's limits). A run is charged to its own policy's budgets wherever it runs; a
-    # pool's idle and overhead to the pool's policy.
-    share_pools: bool = False
+    share_pools: bool = False  # take the room of other sharing policies' pools (decide/sharing.py)
 
 
 class Limits(Strict):

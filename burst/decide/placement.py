@@ -30,6 +30,7 @@ from burst.decide.candidates import capacities as allowed_capacities
 from burst.decide.caps import Caps, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
 from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_reuse
+from burst.decide.sharing import SharedPools
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets, at_pool_limit, kind_of
 from burst.decide.wording import Words, at, usd
@@ -57,10 +58,7 @@ class Placement:
         self.pools_by_offer: dict[tuple[str, str, OfferKey], list[OpenPool]] = defaultdict(list)
         self.pools_of_policy: dict[str, int] = defaultdict(int)
         self.policy_pools: defaultdict[str, PolicyPools] = defaultdict(lambda: PolicyPools(now))
-        # The policies that share their pools (placement.sharePools), and the open pools of all
-        # of them: what their workloads may reuse.
-        self.sharing, self.shared = sharing, PolicyPools(now)
-        self._most_hourly: dict[str, int | None] = {}  # per sharing policy, USD micros
+        self.shared = SharedPools(now, sharing, caps.rates)  # placement.sharePools
         # Per policy, its pools past their lifetime that still run work (reuse.best_at_pool_limit).
         self.draining: defaultdict[str, list[OpenPool]] = defaultdict(list)
         self.dispatches: list[Dispatch] = []
@@ -111,8 +109,7 @@ class Placement:
             return pool
         self.pools_by_offer[(pool.policy, pool.target.name, pool.offer)].append(pool)
         self.policy_pools[pool.policy].open(pool)
-        if pool.policy in self.sharing:
-            self.shared.open(pool)
+        self.shared.open(pool)
         return pool
 
     def place(self, want: Want) -> str | None:
@@ -234,7 +231,7 @@ class Placement:
         if why is not None:
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
-        into = self._pool_for(want, c)
+        into = _pool_for(self, want, c)
         into.place(w, finish)
         where = f"{c.target.name} {c.offer.instance_type} {c.offer.capacity}"
         self._dispatch(want, into, total, finish, where)
@@ -243,23 +240,13 @@ class Placement:
     def eligible_pools(
         self, policy: BurstPolicy, w: Workload, spot_ok: bool, shared: bool = False
     ) -> EligiblePools:
-        """The policy's open pools whose target, GPU and capacity type suit `w`: kept per
-        (policy, GPU request, spot allowed) as pools open, for most workloads share these three.
-        `shared`: the pools it may reuse, those of every policy sharing its pools where its own
-        does (only its own grow for it)."""
-        name = policy.metadata.name
-        if shared and name in self.sharing:
-            if name not in self._most_hourly:
-                # Its price cap a node-hour: another policy's pool dearer than that takes none of
-                # its work, as no new pool would.
-                cap, limits = None, policy.spec.limits
-                if limits.max_hourly_price is not None:
-                    cap = self.caps.rates.to_usd(Money.of(limits.max_hourly_price, limits.currency))
-                self._most_hourly[name] = cap
-            return self.shared.of_kind(
-                policy, w.accelerator, spot_ok, self.catalog, self._most_hourly[name]
-            )
-        return self.policy_pools[name].of_kind(policy, w.accelerator, spot_ok, self.catalog)
+        """The policy's open pools whose target, GPU and capacity type suit `w` (of_kind); with
+        `shared`, those it may reuse, of every policy sharing pools where its own does (sharing.py)."""
+        found = (
+            self.shared.of_kind(policy, w.accelerator, spot_ok, self.catalog) if shared else None
+        )
+        of_policy = self.policy_pools[policy.metadata.name]
+        return found or of_policy.of_kind(policy, w.accelerator, spot_ok, self.catalog)
 
     def _grow_at_pool_limit(
         self, want: Want, eligible: EligiblePools, max_cost_usd: int | None
@@ -279,29 +266,6 @@ class Placement:
         self._dispatch(want, pool, best.cost, best.finish, at_limit_words(best))
         return None
 
-    def _pool_for(self, want: Want, c: Candidate) -> OpenPool:
-        """An open pool of the candidate's offer that can grow to fit, else a new one."""
-        limit = want.policy.spec.limits
-        name = want.policy.metadata.name
-        for pool in self.pools_by_offer[(name, c.target.name, c.offer.key)]:
-            extra = pool.extra_nodes_for(want.w)
-            if extra is not None and extra <= limit.max_nodes_per_pool - pool.nodes:
-                pool.grow(extra)
-                return pool
-        self.pools_of_policy[name] += 1
-        pool = OpenPool(
-            pool_name(c, self.taken | {p.name for p in self.pools}),
-            c.target,
-            name,
-            c.offer.key,
-            c.offer.hourly.micros,
-            [c.offer.gpus] * c.nodes,
-            self.now + c.target.provisioning,
-            False,
-            0,
-        )
-        return self.open(pool)
-
     def _dispatch(
         self, want: Want, pool: OpenPool, cost: int, finish: datetime, where: str
     ) -> None:
@@ -320,6 +284,30 @@ class Placement:
         self.dispatches.append(
             Dispatch(w.uid, pool.name, pool.target.name, reason, usd(cost), finish)
         )
+
+
+def _pool_for(placement: Placement, want: Want, c: Candidate) -> OpenPool:
+    """An open pool of the candidate's offer that can grow to fit, else a new one."""
+    limit = want.policy.spec.limits
+    name = want.policy.metadata.name
+    for pool in placement.pools_by_offer[(name, c.target.name, c.offer.key)]:
+        extra = pool.extra_nodes_for(want.w)
+        if extra is not None and extra <= limit.max_nodes_per_pool - pool.nodes:
+            pool.grow(extra)
+            return pool
+    placement.pools_of_policy[name] += 1
+    pool = OpenPool(
+        pool_name(c, placement.taken | {p.name for p in placement.pools}),
+        c.target,
+        name,
+        c.offer.key,
+        c.offer.hourly.micros,
+        [c.offer.gpus] * c.nodes,
+        placement.now + c.target.provisioning,
+        False,
+        0,
+    )
+    return placement.open(pool)
 
 
 # The cheapest new capacity: (total cost, finish, target name, offer key, candidate).

@@ -23,7 +23,6 @@ from burst.model import BudgetView, Workload
 
 if TYPE_CHECKING:
     from burst.decide.placement import Placement
-    from burst.decide.pools import OpenPool
 
 
 def refusal(
@@ -199,7 +198,7 @@ class NoRoom:
                     and (pool.unavailable or pool.nodes >= limits.max_nodes_per_pool)
                     for pool in chain(placement.policy_pools[name].opened, placement.draining[name])
                 )
-                and all(pool.free_max == 0 for pool in _foreign(placement, name))
+                and all(pool.free_max == 0 for pool in placement.shared.foreign(name))
             )
         return self._full[name]
 
@@ -230,7 +229,7 @@ def _lowest_rates(
     """(the least a run of `w` costs an hour, the lowest price of a GPU-hour it may run at)."""
     limits, name = policy.spec.limits, policy.metadata.name
     pools = chain(placement.policy_pools[name].opened, placement.draining[name])
-    foreign = _foreign(placement, name)
+    foreign = placement.shared.foreign(name)
     if placement.pools_of_policy[name] < limits.max_pools:
         shape = placement.candidates.of(w, policy)
         prices = [
@@ -269,7 +268,7 @@ def _no_room(placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bo
     (None: none could). Only the pools `w` may use count (placement.eligible_pools): its
     policy's, and another sharing policy's that holds it now."""
     limits, name = policy.spec.limits, policy.metadata.name
-    if name in placement.sharing:
+    if name in placement.shared.sharing:
         shared = placement.eligible_pools(policy, w, spot_ok, shared=True)
         if any(p.policy != name and p.extra_nodes_for(w) == 0 for p in shared.pools):
             return None, None
@@ -287,11 +286,3 @@ def _no_room(placement: Placement, w: Workload, policy: BurstPolicy, spot_ok: bo
                 return None, None
             drained_by = max(pool.drains_until, drained_by or pool.drains_until)
     return at_pool_limit(policy), drained_by
-
-
-def _foreign(placement: Placement, name: str) -> list[OpenPool]:
-    """The open pools of other policies that policy `name` shares pools with (none where it
-    does not): it may take their room as it is."""
-    if name not in placement.sharing:
-        return []
-    return [p for p in placement.shared.opened if p.policy != name]

@@ -8,7 +8,6 @@ overhead (before it is ready), idle (GPU time no job used) and use."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from datetime import timedelta
 
 from burst.config import BurstPolicy
@@ -217,16 +216,13 @@ class CloudPools(OnPremQueue):
 
     def _idle_recheck(self, pool: Pool) -> None:
         """An idle pool of a next-arrival policy is asked about again when its policy's last hour
-        of sends (of every policy sharing pools, where its own does: decide/existing.py), with
-        none more, falls below one per launch of its target (what keeps it), as the service asks
-        on every pass; the TTL asks anyway."""
+        of sends (WorldState.sends), with none more, falls below one per launch of its target
+        (what keeps it), as the service asks on every pass; the TTL asks anyway."""
         policy = self._next_arrival(pool)
         if policy is None or pool.idle_since is None:
             return
         launch = next((t.provisioning for t in self.service.targets if t.name == pool.target), None)
-        times: Sequence[float] | None = self.sent.get(pool.policy)
-        if pool.policy in self.sharing:
-            times = sorted(t for name in self.sharing for t in self.sent.get(name, ()))
+        times = self.sends(pool.policy)
         if launch is None or not times:
             return
         needed = math.ceil(SENT_WINDOW / launch)  # sends in an hour that keep an idle pool

@@ -360,6 +360,14 @@ class WorldState:
         s = self.jobs[i].spec
         return pool.hourly_micros * s.gpus * s.duration // (3600 * pool.offer.gpus)
 
+    def sends(self, policy: str) -> Sequence[float]:
+        """When the sends that count for an idle pool of `policy` were made (the last hour's, in
+        time order): its own, or those of every policy sharing pools where it does, as the
+        decision counts them (decide/existing.py)."""
+        if policy not in self.sharing:
+            return self.sent.get(policy, ())
+        return sorted(t for name in self.sharing for t in self.sent.get(name, ()))
+
     def _budgets_of(self, i: int) -> list[ledger.BudgetLimit]:
         """The budgets over job i: its team's, its namespace's and its own policy's, whatever
         policy's pool it runs on (placement.sharePools), as the ledger spends a run."""
