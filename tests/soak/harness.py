@@ -44,6 +44,28 @@ ORPHAN_GC = timedelta(seconds=5)  # intervals.orphanGc
 REPLICA_FAULTS = ("kill_leader", "kill_follower", "pause_leader_past_lease")
 BUDGET_MICROS = 500_000  # theory's hard daily budget: 0.50 USD
 
+# Two policies alike but for their namespaces, sharing their pools (placement.sharePools): theory's
+# jobs, under their own hard budget, take the room of training's pools and theirs theory's, each
+# run spent from its own policy's budgets.
+POLICY = """\
+apiVersion: burst.dev/v1
+kind: BurstPolicy
+metadata: {{name: {name}}}
+spec:
+  selector: {{namespaces: [{namespaces}]}}
+  trigger: {{deadlineSafetyMargin: 2s, maxPendingWait: 30s}}
+  placement:
+    targets: [sim-aws, sim-gcp]
+    accelerators: {{V100: [V100, A10G, L4, A100]}}
+    capacity: spot-if-slack
+    sharePools: true
+  limits: {{currency: USD, maxNodesPerPool: 4, maxPools: 3}}
+  teardown: {{idleTtl: 4s, maxLifetime: 10m}}
+  replication: {{imageRegistries: [registry.cern.ch], secrets: [wandb-api-key]}}
+  defaults: {{expectedRuntime: 20s}}
+"""
+POLICIES = {"training": "cms-ml, atlas-ml", "theory": "theory"}
+
 SERVICE = """\
 apiVersion: burst.dev/v1
 kind: ServiceConfig
@@ -72,40 +94,7 @@ spec:
   api: {{tokenFile: {token}}}
   leaderElection: {{namespace: default, leaseName: burst-leader, leaseDuration: {lease}s}}
 ---
-apiVersion: burst.dev/v1
-kind: BurstPolicy
-metadata: {{name: training}}
-spec:
-  selector: {{namespaces: [cms-ml, atlas-ml]}}
-  trigger: {{deadlineSafetyMargin: 2s, maxPendingWait: 30s}}
-  placement:
-    targets: [sim-aws, sim-gcp]
-    accelerators: {{V100: [V100, A10G, L4, A100]}}
-    capacity: spot-if-slack
-    sharePools: true
-  limits: {{currency: USD, maxNodesPerPool: 4, maxPools: 3}}
-  teardown: {{idleTtl: 4s, maxLifetime: 10m}}
-  replication: {{imageRegistries: [registry.cern.ch], secrets: [wandb-api-key]}}
-  defaults: {{expectedRuntime: 20s}}
----
-# theory's jobs, under their own hard budget, take the room of training's pools and theirs
-# theory's (placement.sharePools): each run spent from its own budget.
-apiVersion: burst.dev/v1
-kind: BurstPolicy
-metadata: {{name: theory}}
-spec:
-  selector: {{namespaces: [theory]}}
-  trigger: {{deadlineSafetyMargin: 2s, maxPendingWait: 30s}}
-  placement:
-    targets: [sim-aws, sim-gcp]
-    accelerators: {{V100: [V100, A10G, L4, A100]}}
-    capacity: spot-if-slack
-    sharePools: true
-  limits: {{currency: USD, maxNodesPerPool: 4, maxPools: 3}}
-  teardown: {{idleTtl: 4s, maxLifetime: 10m}}
-  replication: {{imageRegistries: [registry.cern.ch], secrets: [wandb-api-key]}}
-  defaults: {{expectedRuntime: 20s}}
----
+{policies}---
 apiVersion: burst.dev/v1
 kind: Budget
 metadata: {{name: theory-daily}}
@@ -264,6 +253,10 @@ class Soak:
                         remote_grace=int(REMOTE_GRACE.total_seconds()),
                         orphan_grace=int(ORPHAN_GRACE.total_seconds()),
                         budget=f"{self.settings.budget_micros / 1e6:.2f}",
+                        policies="---\n".join(
+                            POLICY.format(name=name, namespaces=namespaces)
+                            for name, namespaces in POLICIES.items()
+                        ),
                     )
                 )
                 self.config = config
@@ -281,7 +274,7 @@ class Soak:
                     orphan_grace=ORPHAN_GRACE + ORPHAN_GC,
                     pass_interval=PASS,
                     budgets={"theory": self.settings.budget_micros},
-                    max_pools={"training": 3, "theory": 3},  # as the policies say
+                    max_pools=dict.fromkeys(POLICIES, 3),  # as the policies say
                     max_nodes=4,
                 )
                 for name in ("a", "b"):

@@ -13,7 +13,6 @@ from unittest.mock import ANY
 from burst import config as configuration
 from burst import decide
 from burst.amounts import Money
-from burst.cloud import catalog
 from burst.config import Budget, Config
 from burst.model import (
     BudgetView,
@@ -21,22 +20,18 @@ from burst.model import (
     DeletePool,
     Dispatch,
     OfferKey,
-    OnPrem,
     Plan,
     PoolView,
     ResizePool,
-    RunningWorkload,
     Snapshot,
 )
 from burst.sim import simulate, variants
 from burst.sim.trace import SimJob
 from tests.builders import NOW, make_config, policy_spec, workload
 from tests.conftest import ROOT
+from tests.unit.test_decide import BUSY_V100, CATALOG, H
 from tests.unit.test_simulate import CFG, OFFERS, STEADY
 
-CATALOG = catalog.shipped()
-H = timedelta(hours=1)
-BUSY_V100 = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + 3 * H),))
 P3_8X = OfferKey("aws", "eu-central-1", "p3.8xlarge", "on-demand", "V100", 4)
 
 
@@ -223,10 +218,9 @@ def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_bu
     """The replay's budgets keep to the ledger's rule: an atlas-ml job (policy atlas-ml) that runs
     in the room of a cms-ml job's pool (policy cms-ml) is spent from atlas-ml's budget, not
     cms-ml's (variants.per_namespace makes a policy of each namespace)."""
-    shipped = catalog.shipped()
     example = configuration.load(
         [ROOT / "docs" / "examples" / "simulate"],
-        configuration.Vocabulary(shipped.regions(), shipped.accelerators()),
+        configuration.Vocabulary(CATALOG.regions(), CATALOG.accelerators()),
     )
     cfg = variants.per_namespace(example, "ml-training", share=True)
     for name in cfg.policies:
@@ -254,7 +248,7 @@ def test_a_replayed_job_on_another_policys_pool_is_spent_from_its_own_policys_bu
         SimJob("cms", 10, 7_200, 3, 1, 3, 10_000, "cms-ml"),
         SimJob("atlas", 1_000, 3_600, 1, 1, 1, 10_000, "atlas-ml"),
     ]
-    world = simulate.World(jobs, {"V100": 8}, cfg, shipped, seed=1, clouds=STEADY)
+    world = simulate.World(jobs, {"V100": 8}, cfg, CATALOG, seed=1, clouds=STEADY)
     world.run(simulate.Burst(cfg))
     ran = {j.spec.job_id: j for j in world.jobs}
     assert ran["atlas"].ran_in_cloud and ran["cms"].ran_in_cloud
