@@ -3,7 +3,8 @@ description (its docstring), the command, and its figures as a table of the JSON
 
     python benchmarks/run_all.py [--only plan,simulate] [--out docs/benchmarks.md]
 
-With --only, the other benchmarks' sections are kept from the existing file.
+With --only, the other benchmarks' sections are kept from the existing file, each with the day it
+was run.
 """
 
 from __future__ import annotations
@@ -78,9 +79,10 @@ def run(path: Path) -> str:
         else f"\n\nFailed (exit {done.returncode}):\n\n```\n{done.stderr[-2000:]}\n```"
     )
     print(f"{path.name}: {len(rows)} figures in {seconds:.0f} s", file=sys.stderr, flush=True)
+    when = datetime.now(UTC).strftime("%Y-%m-%d")
     return (
         f"{MARK.format(path.stem)}\n## {title}\n\n{prose}\n\n```sh\n{command}\n```\n\n"
-        f"{table(rows)}\n\n(whole run: {seconds:.0f} s){status}\n"
+        f"{table(rows)}\n\n(whole run: {seconds:.0f} s, on {when}){status}\n"
     )
 
 
@@ -102,11 +104,10 @@ def main() -> None:
             sections.append(kept.get(path.stem, ""))
         else:
             sections.append(run(path))
-    when = datetime.now(UTC).strftime("%Y-%m-%d")
     head = (
         "# Benchmarks\n\nWritten by `python benchmarks/run_all.py`, which runs every benchmark in "
-        "`benchmarks/`; each prints one JSON object per measurement, tabled below.\n\n"
-        f"Machine: {machine()}. Run on {when}.\n"
+        "`benchmarks/`; each prints one JSON object per measurement, tabled below, and the day it "
+        f"ran (`--only` runs some and keeps the others).\n\nMachine: {machine()}.\n"
     )
     args.out.write_text(head + "\n" + "\n".join(s for s in sections if s), encoding="utf-8")
     print(f"wrote {args.out}", file=sys.stderr)
