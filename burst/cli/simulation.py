@@ -11,12 +11,15 @@ from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
 from burst.cli.options import ConfigOption, OutOption, fail, require_config
 from burst.durations import DurationError, parse_duration
+
+if TYPE_CHECKING:
+    from burst.config import Config
 
 
 def simulate_cmd(
@@ -41,7 +44,13 @@ def simulate_cmd(
         str, typer.Option(help="Deadline = submit + slack x runtime: uniform:LO:HI or fixed:X.")
     ] = "uniform:1.5:4",
     policy_name: Annotated[
-        str | None, typer.Option("--policy", help="The BurstPolicy trace jobs fall under.")
+        str | None,
+        typer.Option(
+            "--policy",
+            help="The BurstPolicy trace jobs fall under; several, comma-separated: the jobs' teams "
+            "spread over all their namespaces, each job under its namespace's policy (burst "
+            "alone: the baselines, the sweep and the optimum replay one policy).",
+        ),
     ] = None,
     with_baselines: Annotated[
         bool,
@@ -165,32 +174,30 @@ def simulate_cmd(
         else Path(trace_file)
     )
     try:
-        policy = simulate.policy_of(cfg, policy_name)
-        name = policy.metadata.name
-        if wait_price is not None:
-            try:
-                price = Decimal(wait_price)
-            except InvalidOperation:
-                price = Decimal("NaN")
-            if not price.is_finite() or price < 0:
-                raise ValueError(f"--wait-price: {wait_price!r} is not a price of 0 or more")
-            cfg = variants.with_trigger(cfg, name, wait_price=price)
-        if wait_per_gpu_hour is not None:
-            per_gpu_hour = _duration("--wait-per-gpu-hour", wait_per_gpu_hour)
-            cfg = variants.with_trigger(cfg, name, wait_per_gpu_hour=per_gpu_hour)
-        if max_spot_delay is not None:
-            delay = _duration("--max-spot-delay", max_spot_delay)
-            cfg = variants.with_placement(cfg, name, max_spot_delay=delay)
-        if idle_ttl_choice is not None:
-            cfg = variants.with_teardown(cfg, name, idle_ttl_choice=idle_ttl_choice)
-        if deadline_runtime_share not in (None, "measured"):
-            counted = variants.parse_runtime_share(deadline_runtime_share)
-            cfg = variants.with_trigger(cfg, name, deadline_runtime_share=counted)
+        names = [
+            simulate.policy_of(cfg, n.strip() if policy_name else None).metadata.name
+            for n in (policy_name or "").split(",")
+        ]
+        if len(names) > 1 and (with_baselines or sweep or optimum):
+            raise ValueError("--baselines, --sweep and --optimum replay one policy: name one")
+        for name in names:
+            cfg = _knobs(
+                cfg,
+                name,
+                wait_price,
+                wait_per_gpu_hour,
+                max_spot_delay,
+                idle_ttl_choice,
+                deadline_runtime_share,
+                margin,
+            )
         if queueing is not None:
             cfg = variants.with_queueing(cfg, queueing)
-        if margin is not None and margin not in variants.MEASURED:
-            cfg = variants.with_margin(cfg, name, *variants.parse_margin(margin))
+        name = names[0]
         policy = cfg.policies[name]
+        teams = list(
+            dict.fromkeys(ns for n in names for ns in cfg.policies[n].spec.selector.namespaces)
+        )
         raw = trace.read(path)
         slack = trace.slack_rule(deadline_slack)
         if onprem is not None and onprem_gpus is not None:
@@ -205,7 +212,7 @@ def simulate_cmd(
     spec = cfg.service.spec
     jobs = trace.derive(
         raw,
-        teams=policy.spec.selector.namespaces,
+        teams=teams,
         slack=slack,
         seed=seed,
     )
@@ -241,7 +248,8 @@ def simulate_cmd(
             if margin in variants.MEASURED:
                 chosen = variants.measured(first, margin)
                 if chosen is not None:
-                    cfg = variants.with_margin(cfg, name, *chosen)
+                    for name in names:
+                        cfg = variants.with_margin(cfg, name, *chosen)
                 words = "as configured (no runtime told)"
                 if chosen is not None:
                     words = variants.worded(*chosen)
@@ -249,12 +257,13 @@ def simulate_cmd(
             if deadline_runtime_share == "measured":
                 found = variants.measured_runtime_share(first)
                 if found is not None:
-                    cfg = variants.with_trigger(cfg, name, deadline_runtime_share=found)
+                    for name in names:
+                        cfg = variants.with_trigger(cfg, name, deadline_runtime_share=found)
                 words = "as configured (no runtime told)" if found is None else f"{found:g}"
                 errors.print(
                     f"deadline runtime share: {words}, {said_how}", highlight=False, soft_wrap=True
                 )
-            policy = cfg.policies[name]
+            policy = cfg.policies[names[0]]
         runner = stack.enter_context(_executor(workers, dask))
         result = compare.compare(
             path.name,
@@ -302,6 +311,44 @@ def _executor(workers: int, dask: str | None) -> Iterator[Executor | None]:
             yield pool
     else:
         yield None
+
+
+def _knobs(
+    cfg: Config,
+    name: str,
+    wait_price: str | None,
+    wait_per_gpu_hour: str | None,
+    max_spot_delay: str | None,
+    idle_ttl_choice: str | None,
+    deadline_runtime_share: str | None,
+    margin: str | None,
+) -> Config:
+    """The configuration with policy `name`'s knobs as the command line sets them (a measured
+    margin or runtime share is set once a first replay has measured it)."""
+    from burst.sim import variants
+
+    if wait_price is not None:
+        try:
+            price = Decimal(wait_price)
+        except InvalidOperation:
+            price = Decimal("NaN")
+        if not price.is_finite() or price < 0:
+            raise ValueError(f"--wait-price: {wait_price!r} is not a price of 0 or more")
+        cfg = variants.with_trigger(cfg, name, wait_price=price)
+    if wait_per_gpu_hour is not None:
+        per_gpu_hour = _duration("--wait-per-gpu-hour", wait_per_gpu_hour)
+        cfg = variants.with_trigger(cfg, name, wait_per_gpu_hour=per_gpu_hour)
+    if max_spot_delay is not None:
+        delay = _duration("--max-spot-delay", max_spot_delay)
+        cfg = variants.with_placement(cfg, name, max_spot_delay=delay)
+    if idle_ttl_choice is not None:
+        cfg = variants.with_teardown(cfg, name, idle_ttl_choice=idle_ttl_choice)
+    if deadline_runtime_share not in (None, "measured"):
+        counted = variants.parse_runtime_share(deadline_runtime_share)
+        cfg = variants.with_trigger(cfg, name, deadline_runtime_share=counted)
+    if margin is not None and margin not in variants.MEASURED:
+        cfg = variants.with_margin(cfg, name, *variants.parse_margin(margin))
+    return cfg
 
 
 def _duration(option: str, text: str) -> timedelta:

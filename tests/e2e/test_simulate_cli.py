@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from burst import config
+from burst.cloud import catalog
+from burst.sim import simulate as sim
+from burst.sim import trace, variants
 from tests.conftest import ROOT, burst_cli
 
 CONFIG = str(ROOT / "docs" / "examples" / "simulate")
@@ -186,3 +190,44 @@ def test_a_deadline_runtime_share_from_the_command_line_or_measured_on_a_replay(
     assert "deadline runtime share: " in done.stderr and "--runtimes noisy" in done.stderr
     done = simulate(*base, "--deadline-runtime-share", "0")
     assert done.returncode == 1 and "--deadline-runtime-share: '0' is not a share" in done.stderr
+
+
+def test_several_policies_sharing_their_pools_from_the_command_line(tmp_path: Path) -> None:
+    """`--policy a,b,c`: the trace's teams spread over the namespaces of all three, each job under
+    its own namespace's policy; here the example policy made one per namespace, sharing pools, as
+    benchmarks/bench_shared_pools.py replays it. The baselines replay one policy: asked for with
+    several, a one-line error."""
+    example = (ROOT / "docs" / "examples" / "simulate" / "policies.yaml").read_text()
+    namespaces = ("cms-ml", "atlas-ml", "ml-research")
+    documents = [
+        example.replace("name: ml-training", f"name: {ns}")
+        .replace("namespaces: [cms-ml, atlas-ml, ml-research]", f"namespaces: [{ns}]")
+        .replace("capacity: spot-if-slack", "capacity: spot-if-slack\n    sharePools: true")
+        for ns in namespaces
+    ]
+    (tmp_path / "policies.yaml").write_text("\n---\n".join(documents))
+    (tmp_path / "burst.yaml").write_text(
+        (ROOT / "docs" / "examples" / "simulate" / "burst.yaml").read_text()
+    )
+    named = ",".join(namespaces)
+    done = simulate("--trace", "openb", "-c", str(tmp_path), "--policy", named, "-f", "json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (burst,) = json.loads(done.stdout)["policies"]
+    # The replay the benchmark makes of the same split (sim/variants.py), on the same jobs.
+    shipped = catalog.shipped()
+    cfg = config.load([Path(CONFIG)], config.Vocabulary(shipped.regions(), shipped.accelerators()))
+    split = variants.per_namespace(cfg, "ml-training", share=True)
+    raw = trace.read(ROOT / "burst" / "data" / "traces" / "alibaba-openb-2023-public.csv")
+    jobs = trace.derive(raw, teams=list(namespaces), slack=(1.5, 4.0), seed=1)
+    assert cfg.service is not None
+    offers = shipped.with_overrides(cfg.service.spec.catalog)
+    world = sim.World(jobs, {"V100": trace.onprem_gpus(raw)}, split, offers, seed=1)
+    expected = world.run(sim.Burst(split))
+    assert burst["pools_created"] == expected.pools_created
+    assert burst["decisions"] == expected.decisions
+    assert burst["idle_share"] == round(expected.idle_usd_micros / expected.cost_usd_micros, 4)
+    refused = simulate("--trace", "openb", "-c", str(tmp_path), "--policy", named, "--baselines")
+    assert refused.returncode == 1
+    assert (
+        refused.stderr == "error: --baselines, --sweep and --optimum replay one policy: name one\n"
+    )
