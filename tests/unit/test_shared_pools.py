@@ -1,6 +1,7 @@
 """Pools shared across policies (a policy's `placement.sharePools`): a workload takes the free room
 of another sharing policy's open pool, never grows or opens one for it, and its policy's limits
-count only the pools its own policy holds."""
+count only the pools its own policy holds; an idle shared pool is kept for the work of every
+policy sharing it; the replay spends each run from its own policy's budgets."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from burst.model import (
     PoolView,
     ResizePool,
     Snapshot,
+    Workload,
 )
 from burst.sim import simulate, variants
 from burst.sim.trace import SimJob
@@ -69,7 +71,7 @@ def _pool(name: str, policy: str, free: tuple[int, ...], hourly: str | None = No
     )
 
 
-def _viz_job(uid: str = "v1") -> Any:
+def _viz_job(uid: str = "v1") -> Workload:
     return workload(uid, namespace="viz", team="viz", deadline=NOW + 3 * H)
 
 
