@@ -174,10 +174,8 @@ def simulate_cmd(
         else Path(trace_file)
     )
     try:
-        names = [
-            simulate.policy_of(cfg, n.strip() if policy_name else None).metadata.name
-            for n in (policy_name or "").split(",")
-        ]
+        asked = [n.strip() for n in policy_name.split(",")] if policy_name else [None]
+        names = [simulate.policy_of(cfg, n).metadata.name for n in asked]
         if len(names) > 1 and (with_baselines or sweep or optimum):
             raise ValueError("--baselines, --sweep and --optimum replay one policy: name one")
         for name in names:

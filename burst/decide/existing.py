@@ -21,6 +21,7 @@ from burst.decide.candidates import Candidates, allowed_accelerators
 from burst.decide.caps import Budgets, Caps, Rates
 from burst.decide.placement import Placement
 from burst.decide.pools import OpenPool
+from burst.decide.sharing import sharing_policies
 from burst.durations import format_duration
 from burst.model import DeletePool, PoolView, Snapshot, Workload
 from burst.money.guard import horizon
@@ -74,7 +75,7 @@ def unneeded(
     policy_of, placed, runtime = claims
     # Whose work a pool of a policy takes: its own, or that of every policy sharing pools where
     # its own does (placement.sharePools).
-    sharing = frozenset(n for n, p in config.policies.items() if p.spec.placement.share_pools)
+    sharing = sharing_policies(config)
     # When each waiting workload's wait ends, by the policies whose work it is: made once, for
     # any of their idle pools.
     ends: dict[frozenset[str], list[WaitEnd]] = {}
@@ -176,7 +177,7 @@ def placement_for(
         Caps(rates, Budgets(snapshot.budgets, rates, horizon(config))),
         frozenset(snapshot.unavailable),
         frozenset(p.name for p in snapshot.pools),
-        frozenset(n for n, p in config.policies.items() if p.spec.placement.share_pools),
+        sharing_policies(config),
     )
     open_existing(placement, snapshot.pools, config.policies, targets, catalog, deleted, now)
     return placement

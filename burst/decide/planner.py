@@ -375,14 +375,16 @@ class Claims:
     def __call__(self, w: Workload) -> BurstPolicy | None:
         key = (w.namespace, tuple(w.labels.items())) if w.labels else w.namespace
         if key not in self._known:
-            self._known[key] = claimant(self.policies, w)
+            self._known[key] = claimant(self.policies, w.namespace, w.labels)
         return self._known[key]
 
 
-def claimant(policies: list[BurstPolicy], w: Workload) -> BurstPolicy | None:
-    """The first policy whose selector claims the workload."""
+def claimant(
+    policies: list[BurstPolicy], namespace: str, labels: Mapping[str, str]
+) -> BurstPolicy | None:
+    """The first policy whose selector claims a workload of `namespace` and `labels`."""
     for p in policies:
-        if selector_matches(p.spec.selector, w.namespace, w.labels):
+        if selector_matches(p.spec.selector, namespace, labels):
             return p
     return None
 

@@ -264,9 +264,9 @@ class PolicyPools:
                 self._orders = (by_gpu, sorted(pools, key=_by_node_price))
             allowed = frozenset(allowed_accelerators(policy, request, catalog))
             targets = frozenset(policy.spec.placement.targets)
-            found = EligiblePools(targets, allowed, spot_ok, self.now)
-            if most_hourly is not None:
-                found.priced_within(policy.metadata.name, most_hourly)
+            found = EligiblePools(
+                targets, allowed, spot_ok, self.now, policy.metadata.name, most_hourly
+            )
             admitted = [
                 group
                 for (target, accelerator, spot), group in self.groups.items()
@@ -288,9 +288,18 @@ class EligiblePools:
     """
 
     def __init__(
-        self, targets: Collection[str], allowed: Collection[str], spot_ok: bool, now: datetime
+        self,
+        targets: Collection[str],
+        allowed: Collection[str],
+        spot_ok: bool,
+        now: datetime,
+        owner: str = "",
+        most_hourly: int | None = None,
     ) -> None:
         self.targets, self.allowed, self.spot_ok, self.now = targets, allowed, spot_ok, now
+        # Another policy's pool than `owner`'s is admitted only at most `most_hourly` USD micros a
+        # node-hour (PolicyPools.of_kind); None: any.
+        self._owner, self._most_hourly = owner, most_hourly
         self.pools: list[OpenPool] = []  # every one, in the order opened
         self.interruptible: list[OpenPool] = []  # timed with restarts: no price order bounds them
         self.fastest_launch: timedelta | None = None  # among the growable pools' targets
@@ -302,13 +311,6 @@ class EligiblePools:
         self._growable_sorted = True
         self._growth: list[_Block] | None = None
         self._growth_for: dict[int, list[_Block]] = {}  # per GPUs per pod
-        # Another policy's pools admitted only at most this a node-hour (priced_within()).
-        self._owner = ""
-        self._most_hourly: int | None = None
-
-    def priced_within(self, policy: str, most_hourly: int) -> None:
-        """Admit another policy than `policy`'s pools only at most `most_hourly` a node-hour."""
-        self._owner, self._most_hourly = policy, most_hourly
 
     def admits(self, pool: OpenPool) -> bool:
         return (

@@ -14,9 +14,14 @@ from datetime import datetime
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog
-from burst.config import BurstPolicy
+from burst.config import BurstPolicy, Config
 from burst.decide.caps import Rates
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools
+
+
+def sharing_policies(config: Config) -> frozenset[str]:
+    """The names of the policies that share their pools."""
+    return frozenset(n for n, p in config.policies.items() if p.spec.placement.share_pools)
 
 
 class SharedPools:

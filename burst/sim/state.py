@@ -17,8 +17,10 @@ from typing import Literal
 
 from burst.amounts import Money
 from burst.cloud.catalog import Catalog, UnavailableOffers
-from burst.config import BurstPolicy, Config, selector_matches
+from burst.config import Config
 from burst.decide.cluster import Nodes, largest_product
+from burst.decide.planner import claimant
+from burst.decide.sharing import sharing_policies
 from burst.model import (
     BudgetView,
     Cloud,
@@ -156,10 +158,6 @@ def usd_rate(config: Config, currency: str) -> Decimal:
     return Decimal(1) if currency == "USD" else config.service.spec.usd_rates()[currency]
 
 
-def _claims(policy: BurstPolicy, namespace: str) -> bool:
-    return selector_matches(policy.spec.selector, namespace, {})
-
-
 class _VirtualClock:
     """The World's virtual time as a Clock, for the offer back-off it shares with the service."""
 
@@ -277,15 +275,12 @@ class WorldState:
         self.queued_as: dict[int, Workload] = {}
         self.budgets = ledger.budget_limits(config)
         # The policies that share their pools (placement.sharePools).
-        self.sharing = frozenset(
-            n for n, p in config.policies.items() if p.spec.placement.share_pools
-        )
-        # A trace job's policy, by its team (its namespace; trace jobs carry no labels): the first
-        # by name whose selector claims it, as the decision claims it (decide/planner.py).
+        self.sharing = sharing_policies(config)
+        # A trace job's policy, by its team (its namespace; trace jobs carry no labels), as the
+        # decision claims it: the first by name whose selector does.
+        by_name = [config.policies[n] for n in sorted(config.policies)]
         self.policy_of_team = {
-            team: next(
-                (n for n in sorted(config.policies) if _claims(config.policies[n], team)), ""
-            )
+            team: policy.metadata.name if (policy := claimant(by_name, team, {})) else ""
             for team in {j.team for j in jobs}
         }
         self.budget_used: dict[tuple[str, datetime], int] = {}  # USD micros per period
