@@ -22,7 +22,7 @@ after each leave (`python benchmarks/bench_plan.py --queueing BestEffortFIFO`).
 from __future__ import annotations
 
 import heapq
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 
@@ -57,7 +57,7 @@ class FirstFitRun:
             for at, node, gpus in p.releases
         ]
         heapq.heapify(self._releases)
-        self._undone: Counter[_Release] = Counter()  # releases undone but still in the heap
+        self._undone: dict[_Release, int] = {}  # releases undone but still in the heap
         # Waiting workloads by product, then by pod shape, each shape in queue order: the first in
         # queue order that fits is the first of one shape's line, so a release looks at a few
         # lines, not at every workload waiting (Philly's queue holds thousands). The absent are
@@ -108,8 +108,11 @@ class FirstFitRun:
         at = None
         while releases and (at is None or releases[0][0] == at):
             release = heapq.heappop(releases)
-            if undone[release]:  # gone for good: nothing to log
-                undone[release] -= 1
+            if undone and release in undone:  # gone for good: nothing to log
+                if undone[release] == 1:
+                    del undone[release]
+                else:
+                    undone[release] -= 1
                 continue
             at = release[0]
             _, name, node, gpus = release
@@ -123,15 +126,25 @@ class FirstFitRun:
 
     def _start_what_fits(self, p: Product, name: str, lines: _Lines, absent: _Lines) -> None:
         at, index = self._at[-1][0], len(self._at) - 1
+        fits = p.fits
+        # GPUs free only shrink while a release's starts are made: a line that does not fit now
+        # fits no more until the next release, so only those that fit are looked at again (each
+        # start looked at every line, a tenth of a Philly replay with config/).
+        ready = (  # as the cluster: no pod starts on a product with no GPU free
+            [(line, per, pods) for (per, pods), line in lines.items() if line and fits(per, pods)]
+            if p.total > 0
+            else []
+        )
+        alone = [
+            (line, per, pods) for (per, pods), line in absent.items() if line and fits(per, pods)
+        ]
         while True:
-            ready = (  # as the cluster: no pod starts on a product with no GPU free
-                [line for (per, pods), line in lines.items() if line and p.fits(per, pods)]
-                if p.total > 0
-                else []
-            )
-            first = min(ready, key=lambda line: line[0][0], default=None)
-            if absent:
-                self._absent_start(p, absent, first[0][0] if first else None, at, index)
+            first, head = None, 0
+            for line, _, _ in ready:
+                if first is None or line[0][0] < head:
+                    first, head = line, line[0][0]
+            if alone:
+                self._absent_start(alone, head if first is not None else None, at, index)
             if first is None:
                 return
             item = first.popleft()
@@ -142,14 +155,20 @@ class FirstFitRun:
                 heapq.heappush(self._releases, end)
             self._starts[w.uid] = (at, index)
             self._log.append((p, first, item, nodes, ends))
+            ready = [s for s in ready if s[0] and fits(s[1], s[2])]
+            alone = [s for s in alone if s[0] and fits(s[1], s[2])]
 
     def _absent_start(
-        self, p: Product, absent: _Lines, before: int | None, at: datetime, index: int
+        self,
+        alone: list[tuple[deque[_Item], int, int]],
+        before: int | None,
+        at: datetime,
+        index: int,
     ) -> None:
-        """Each absent workload that fits now, with none ahead of it in the queue that fits left
-        (`before`: the place of the first that does), would start now."""
-        for (per, pods), line in absent.items():
-            if not line or (before is not None and line[0][0] > before) or not p.fits(per, pods):
+        """Each absent workload of the lines that fit now (`alone`), with none ahead of it in the
+        queue that fits left (`before`: the place of the first that does), would start now."""
+        for line, _, _ in alone:
+            if not line or (before is not None and line[0][0] > before):
                 continue
             now: list[_Item] = []
             while line and (before is None or line[0][0] < before):
@@ -176,7 +195,7 @@ class FirstFitRun:
                 continue
             p, line, item, nodes, ends = entry
             for end in ends:  # left in the heap, skipped when they come up
-                self._undone[end] += 1
+                self._undone[end] = self._undone.get(end, 0) + 1
             w = item[1]
             for node in nodes:
                 p.add(node, w.gpus_per_pod)

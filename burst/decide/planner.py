@@ -127,11 +127,12 @@ class _Planner:
 
     def _stale(
         self, pending: list[Workload], placed: set[str], runtimes: dict[str, timedelta]
-    ) -> bool:
-        """Whether a workload placed in an earlier round has lost its reason now that those
-        refused since stay. Under BestEffortFIFO one that stays can let one behind it start
-        sooner: it holds up a wide one between them, and the small one behind runs past both.
-        Each placed workload is estimated as if it alone of them stayed: they all leave."""
+    ) -> Sweep | None:
+        """None where a workload placed in an earlier round has lost its reason now that those
+        refused since stay; else the sweep that found so. Under BestEffortFIFO one that stays can
+        let one behind it start sooner: it holds up a wide one between them, and the small one
+        behind runs past both. Each placed workload is estimated as if it alone of them stayed:
+        they all leave."""
         sweep = queue_sweep(
             self.snapshot.onprem, self.now, self.queueing, pending, runtimes, frozenset(placed)
         )
@@ -148,8 +149,8 @@ class _Planner:
                 continue  # its reason holds whatever its estimate
             est = sweep.left(w, runtimes[w.uid])
             if self._why(w, policy, est, sweep, runtimes[w.uid])[0] is None:
-                return True
-        return False
+                return None
+        return sweep
 
     def _open(self) -> None:
         closed = self.deleted | {r.pool for r in self.risks}
@@ -220,34 +221,39 @@ class _Planner:
         placed: set[str] = set()
         for _ in range(MAX_ROUNDS):
             # Before the room is looked at: a placement that lost its reason gives its room back.
-            if (
-                placed
-                and self.queueing == "BestEffortFIFO"
-                and self._stale(pending, placed, runtimes)
-            ):
-                self._open()
-                placed.clear()
+            kept = None
+            if placed and self.queueing == "BestEffortFIFO":
+                kept = self._stale(pending, placed, runtimes)
+                if kept is None:
+                    self._open()
+                    placed.clear()
             if self._none_fits(claiming):
                 left = True
                 break
-            # Why the placement would refuse a workload whatever sends it (None: it may be placed),
-            # known per kind of workload (and runtime, under a hard budget): it does not change
-            # while a round walks the queue.
-            room = unpriced.refusal
+            # Why the placement would refuse a workload whatever sends it (None: it may be placed):
+            # it does not change while a round walks the queue, which asks it of each up to three
+            # times.
+            room = remembered_refusal()
             settled = placed | stays
             walk = walk_length(
                 pending,
-                may_leave(self.policy_of, runtimes, self.placement, settled, self.explain),
+                may_leave(self.policy_of, runtimes, self.placement, room, settled, self.explain),
                 self.queueing,
             )
             left = left or walk < len(pending)  # those behind: settled, unclaimed or refused
             if not walk:
                 break
             queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
-            anyway = may_leave(self.policy_of, runtimes, self.placement, settled, False)
+            anyway = may_leave(self.policy_of, runtimes, self.placement, room, settled, False)
             sends = leaving_anyway(pending[:walk], anyway, self.now, self.queueing)
-            sweep = queue_sweep(
-                self.snapshot.onprem, self.now, self.queueing, queue, runtimes, sends
+            # The run that found no placement stale runs the queue this round walks, the placed
+            # out of it, unless some leave unestimated (they would be out of it too).
+            sweep = (
+                kept
+                if kept is not None and not sends
+                else queue_sweep(
+                    self.snapshot.onprem, self.now, self.queueing, queue, runtimes, sends
+                )
             )
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
@@ -389,17 +395,34 @@ def claimant(
     return None
 
 
+Refusal = Callable[[Placement, Workload, BurstPolicy, timedelta], "str | Words | None"]
+
+
+def remembered_refusal() -> Refusal:
+    """unpriced.refusal, remembered per workload: for a round's walk, while no room is taken."""
+    known: dict[str, str | Words | None] = {}
+
+    def refusal(
+        placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
+    ) -> str | Words | None:
+        if w.uid not in known:
+            known[w.uid] = unpriced.refusal(placement, w, policy, runtime)
+        return known[w.uid]
+
+    return refusal
+
+
 def may_leave(
     policy_of: Mapping[str, BurstPolicy],
     runtimes: Mapping[str, timedelta],
     placement: Placement,
+    refusal: Refusal,
     settled: set[str],
     explain: bool,
 ) -> Callable[[Workload], BurstPolicy | None]:
     """Whether the placement may take a workload this round, whatever sends it: its policy, or
-    None (unclaimed, `settled` already, or refused unpriced: no room, or a spent hard budget;
-    when `explain`, every claimed workload not settled, as its reason is worded)."""
-    refusal = unpriced.refusal
+    None (unclaimed, `settled` already, or refused unpriced (`refusal`): no room, or a spent
+    hard budget; when `explain`, every claimed workload not settled, as its reason is worded)."""
 
     def may(w: Workload) -> BurstPolicy | None:
         policy = policy_of.get(w.uid)
