@@ -155,7 +155,7 @@ class FirstFitRun:
                 heapq.heappush(self._releases, end)
             self._starts[w.uid] = (at, index)
             self._log.append((p, first, item, nodes, ends))
-            ready = [s for s in ready if s[0] and fits(s[1], s[2])]
+            ready = [s for s in ready if s[0] and fits(s[1], s[2])] if p.total > 0 else []
             alone = [s for s in alone if s[0] and fits(s[1], s[2])]
 
     def _absent_start(

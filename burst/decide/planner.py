@@ -152,6 +152,33 @@ class _Planner:
                 return None
         return sweep
 
+    def _look(
+        self,
+        walk: list[Workload],
+        placed: set[str],
+        stays: set[str],
+        refusal: Refusal,
+        runtimes: dict[str, timedelta],
+    ) -> list[tuple[Workload, BurstPolicy | None, str | Words | None, bool]]:
+        """Each workload a round walks, but those placed (out of the queue the sweep runs): its
+        policy (None: it stays whatever, unclaimed or refused before), why the placement would
+        refuse it whatever sends it, and whether its wait or quota sends it whatever its estimate
+        (and the placement may take it). Asked once a round, before the sweep is made."""
+        policy_of, placement, now = self.policy_of, self.placement, self.now
+        looked: list[tuple[Workload, BurstPolicy | None, str | Words | None, bool]] = []
+        for w in walk:
+            uid = w.uid
+            if uid in placed:
+                continue
+            policy = policy_of.get(uid)
+            if policy is None or uid in stays:
+                looked.append((w, None, None, False))
+                continue
+            full = refusal(placement, w, policy, runtimes[uid])
+            anyway = full is None and sends_anyway(w, policy.spec.trigger, now)
+            looked.append((w, policy, full, anyway))
+        return looked
+
     def _open(self) -> None:
         closed = self.deleted | {r.pool for r in self.risks}
         self.placement = placement_for(
@@ -244,8 +271,14 @@ class _Planner:
             if not walk:
                 break
             queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
-            anyway = may_leave(self.policy_of, runtimes, self.placement, room, settled, False)
-            sends = leaving_anyway(pending[:walk], anyway, self.now, self.queueing)
+            looked = self._look(pending[:walk], placed, stays, room, runtimes)
+            # Those sent whatever their estimate leave a best-effort run unestimated (it runs the
+            # queue at once); a strict one asks in the walk.
+            sends = (
+                frozenset(row[0].uid for row in looked if row[3])
+                if self.queueing == "BestEffortFIFO"
+                else frozenset()
+            )
             # The run that found no placement stale runs the queue this round walks, the placed
             # out of it, unless some leave unestimated (they would be out of it too).
             sweep = (
@@ -258,22 +291,18 @@ class _Planner:
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
             wants: list[_Wanting] = []
-            policy_of, placement = self.policy_of, self.placement
             now, explain = self.now, self.explain
-            for w in pending[:walk]:  # thousands a plan in a replay's backlog: names bound once
+            for w, policy, full, anyway in looked:  # thousands a plan in a replay's backlog
                 uid = w.uid
-                if uid in placed:
-                    continue  # not in the queue the sweep runs
-                runtime, policy = runtimes[uid], policy_of.get(uid)
-                if policy is None or uid in stays:
+                runtime = runtimes[uid]
+                if policy is None:
                     sweep.stays(w, runtime)
                     continue
-                full = room(placement, w, policy, runtime)
                 left = left or full is not None
                 if full is not None and not explain:
                     sweep.stays(w, runtime)  # it would be refused whatever sends it
                     continue
-                if full is None and sends_anyway(w, policy.spec.trigger, now):
+                if anyway:
                     # It wants to burst whatever its estimate says, and leaves the queue: its
                     # estimate and trigger are asked only if it is placed (a replay's backlog
                     # holds thousands so, for one or two placed).
@@ -431,25 +460,6 @@ def may_leave(
         return policy if explain or refusal(placement, w, policy, runtimes[w.uid]) is None else None
 
     return may
-
-
-def leaving_anyway(
-    walk: list[Workload],
-    may: Callable[[Workload], BurstPolicy | None],
-    now: datetime,
-    queueing: str,
-) -> frozenset[str]:
-    """Those of a round's walk that want to burst whatever their estimate (their wait or their
-    quota sends them) and that the placement may take (`may`): they leave unestimated. Asked
-    ahead of the walk only by a best-effort run (it runs the queue at once); a strict one asks in
-    the walk."""
-    if queueing != "BestEffortFIFO":
-        return frozenset()
-    return frozenset(
-        w.uid
-        for w in walk
-        if (policy := may(w)) is not None and sends_anyway(w, policy.spec.trigger, now)
-    )
 
 
 def walk_length(
