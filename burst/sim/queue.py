@@ -57,13 +57,23 @@ class OnPremQueue(WorldState):
 
     def _start_first_fit(self) -> None:
         """Out of order, as Starburst schedules on-prem: each queued job, in queue order, starts if
-        its pods fit the nodes' free GPUs, a small job past a big one that does not fit."""
-        for i in list(self.waiting_fits):
-            if not any(nodes.total for nodes in self.clusters.values()):
+        its pods fit the nodes' free GPUs, a small job past a big one that does not fit. Each
+        start is the first in queue order of the lines of one product and pod shape whose first
+        fits: one passed over fits no better later in the pass (starts only take GPUs), and every
+        job waiting was looked at on every arrival and end, most of each replay under config/."""
+        clusters = self.clusters
+        while any(nodes.total for nodes in clusters.values()):
+            first = None
+            for (product, per, pods), line in self.fit_lines.items():
+                if (
+                    line
+                    and (first is None or line[0] < first)
+                    and clusters[product].fits(per, pods)
+                ):
+                    first = line[0]
+            if first is None:
                 return
-            spec = self.jobs[i].spec
-            if self.clusters[self.product_of[i]].fits(spec.gpus_per_pod, spec.pods):
-                self._start(i)
+            self._start(first)
 
     def _start(self, i: int) -> None:
         job, product = self.jobs[i], self.product_of[i]
@@ -107,14 +117,27 @@ class OnPremQueue(WorldState):
         if i in self.waiting:
             return
         self.waiting.add(i)
-        insort(self.waiting_big if i in self.never_fits else self.waiting_fits, i)
+        if i in self.never_fits:
+            insort(self.waiting_big, i)
+            return
+        insort(self.waiting_fits, i)
+        insort(self.fit_lines.setdefault(self._line_of(i), []), i)
+
+    def _line_of(self, i: int) -> tuple[str, int, int]:
+        spec = self.jobs[i].spec
+        return (self.product_of[i], spec.gpus_per_pod, spec.pods)
 
     def _unwait(self, i: int) -> None:
         if i in self.waiting:
             self.waiting.discard(i)
             self.queued_as.pop(i, None)
-            line = self.waiting_big if i in self.never_fits else self.waiting_fits
-            del line[bisect_left(line, i)]
+            lines = (
+                (self.waiting_big,)
+                if i in self.never_fits
+                else (self.waiting_fits, self.fit_lines[self._line_of(i)])
+            )
+            for line in lines:
+                del line[bisect_left(line, i)]
 
     def _requeue(self, i: int) -> None:
         job = self.jobs[i]

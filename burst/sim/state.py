@@ -241,6 +241,8 @@ class WorldState:
         # reads the queue in order without sorting it: those that fit on-prem, then the rest.
         self.waiting_fits: list[int] = []
         self.waiting_big: list[int] = []
+        # ... those that fit on-prem again, by product and pod shape, for first fit (queue.py)
+        self.fit_lines: dict[tuple[str, int, int], list[int]] = {}
         # On-prem first fit in queue order (queue.py): the cluster's queueing, or a policy's choice
         self.best_effort = self.service.on_prem.queueing == "BestEffortFIFO"
         self.out_of_order = self.best_effort

@@ -130,6 +130,20 @@ def test_a_best_effort_cluster_runs_every_policy_out_of_order_and_burst_expects_
         assert [j.started for j in world.jobs] == [0, 1000, 20] and out.burst_jobs == 0
 
 
+def test_a_best_effort_cluster_starts_in_queue_order_what_fits_at_a_release() -> None:
+    # 8 GPUs: a holds them all until 1000. Then b (4 GPUs) starts first in queue order, c (6)
+    # does not fit what is left, d (2) does, past c, and e (4) does not: c starts when b and d
+    # end (1100), e when c does (1200). Taken from the back of the queue, e and d would start
+    # at 1000 and b after them.
+    shapes = [("b", 4), ("c", 6), ("d", 2), ("e", 4)]
+    jobs = [job("a", 0, 1000, 8, 10_000)]
+    jobs += [job(name, 10 * k, 100, gpus, 10_000) for k, (name, gpus) in enumerate(shapes, 1)]
+    best_effort = variants.with_queueing(CFG, "BestEffortFIFO")
+    world = simulate.World(jobs, {"V100": 8}, best_effort, OFFERS, seed=1, clouds=STEADY)
+    world.run(baselines.Never())
+    assert [j.started for j in world.jobs] == [0, 1000, 1100, 1000, 1200]
+
+
 def test_no_wait_bursts_at_the_next_tick_and_the_node_goes_when_empty() -> None:
     world, out = replay(
         baselines.no_wait(CFG, POLICY, OFFERS),
