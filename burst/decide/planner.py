@@ -152,33 +152,6 @@ class _Planner:
                 return None
         return sweep
 
-    def _look(
-        self,
-        walk: list[Workload],
-        placed: set[str],
-        stays: set[str],
-        refusal: Refusal,
-        runtimes: dict[str, timedelta],
-    ) -> list[tuple[Workload, BurstPolicy | None, str | Words | None, bool]]:
-        """Each workload a round walks, but those placed (out of the queue the sweep runs): its
-        policy (None: it stays whatever, unclaimed or refused before), why the placement would
-        refuse it whatever sends it, and whether its wait or quota sends it whatever its estimate
-        (and the placement may take it). Asked once a round, before the sweep is made."""
-        policy_of, placement, now = self.policy_of, self.placement, self.now
-        looked: list[tuple[Workload, BurstPolicy | None, str | Words | None, bool]] = []
-        for w in walk:
-            uid = w.uid
-            if uid in placed:
-                continue
-            policy = policy_of.get(uid)
-            if policy is None or uid in stays:
-                looked.append((w, None, None, False))
-                continue
-            full = refusal(placement, w, policy, runtimes[uid])
-            anyway = full is None and sends_anyway(w, policy.spec.trigger, now)
-            looked.append((w, policy, full, anyway))
-        return looked
-
     def _open(self) -> None:
         closed = self.deleted | {r.pool for r in self.risks}
         self.placement = placement_for(
@@ -271,23 +244,14 @@ class _Planner:
             if not walk:
                 break
             queue = (w for w in pending if w.uid not in placed)  # only best-effort reads it
-            looked = self._look(pending[:walk], placed, stays, room, runtimes)
-            # Those sent whatever their estimate leave a best-effort run unestimated (it runs the
-            # queue at once); a strict one asks in the walk.
-            sends = (
-                frozenset(row[0].uid for row in looked if row[3])
-                if self.queueing == "BestEffortFIFO"
-                else frozenset()
-            )
+            seen = (placed, stays, self.policy_of, self.placement, room)
+            looked, sends = walked(pending[:walk], seen, runtimes, self.now, self.queueing)
             # The run that found no placement stale runs the queue this round walks, the placed
             # out of it, unless some leave unestimated (they would be out of it too).
-            sweep = (
-                kept
-                if kept is not None and not sends
-                else queue_sweep(
-                    self.snapshot.onprem, self.now, self.queueing, queue, runtimes, sends
-                )
-            )
+            if kept is None or sends:
+                cluster, queueing = self.snapshot.onprem, self.queueing
+                kept = queue_sweep(cluster, self.now, queueing, queue, runtimes, sends)
+            sweep = kept
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
             wants: list[_Wanting] = []
@@ -460,6 +424,41 @@ def may_leave(
         return policy if explain or refusal(placement, w, policy, runtimes[w.uid]) is None else None
 
     return may
+
+
+Looked = list[tuple[Workload, BurstPolicy | None, "str | Words | None", bool]]
+# What a round has settled and who may take the rest: the placed, the refused, each workload's
+# policy, the placement and its refusals
+Seen = tuple[set[str], set[str], Mapping[str, BurstPolicy], Placement, Refusal]
+
+
+def walked(
+    walk: list[Workload],
+    seen: Seen,
+    runtimes: Mapping[str, timedelta],
+    now: datetime,
+    queueing: str,
+) -> tuple[Looked, frozenset[str]]:
+    """Each workload a round walks, but those placed (out of the queue the sweep runs): its
+    policy (None: it stays whatever, unclaimed or refused before), why the placement would refuse
+    it whatever sends it, and whether its wait or quota sends it whatever its estimate (and the
+    placement may take it); and those so sent, which leave a best-effort run unestimated (it runs
+    the queue at once; a strict one asks in the walk). Asked once a round, before the sweep."""
+    placed, stays, policy_of, placement, refusal = seen
+    looked: Looked = []
+    for w in walk:
+        uid = w.uid
+        if uid in placed:
+            continue
+        policy = policy_of.get(uid)
+        if policy is None or uid in stays:
+            looked.append((w, None, None, False))
+            continue
+        full = refusal(placement, w, policy, runtimes[uid])
+        looked.append((w, policy, full, full is None and sends_anyway(w, policy.spec.trigger, now)))
+    if queueing != "BestEffortFIFO":
+        return looked, frozenset()
+    return looked, frozenset(row[0].uid for row in looked if row[3])
 
 
 def walk_length(
