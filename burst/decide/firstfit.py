@@ -16,7 +16,10 @@ at all; each one's start is where it would start were it the only one of them to
 first point of the run where its pods fit and no workload ahead of it in the queue that fits is
 still waiting (before then it takes nothing, so the run up to there is the same with it). A
 plan of 4,000 waiting under config/'s policies took 180 s when the queue was run again from now
-after each leave (`python benchmarks/bench_plan.py --queueing BestEffortFIFO`).
+after each leave (`python benchmarks/bench_plan.py --queueing BestEffortFIFO`). A run kept from
+one plan to the next, moved to the next plan's time and taken back to where the queue changed,
+made a Philly replay twice as slow: the queue changes at its front between plans, and undoing a
+start costs what making it does (docs/simulate.md, Speed).
 """
 
 from __future__ import annotations
