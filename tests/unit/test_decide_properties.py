@@ -21,8 +21,9 @@ from burst.amounts import Money
 from burst.cloud import catalog
 from burst.config import Config
 from burst.decide.existing import UP_STATES
-from burst.decide.onprem import Estimate, estimate_all
+from burst.decide.onprem import Estimate, estimate_all, queue_sweep
 from burst.decide.placement import Placement
+from burst.decide.planner import _Planner
 from burst.decide.triggers import Want
 from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets
 from burst.model import (
@@ -413,6 +414,25 @@ def _refused_unpriced_as_priced(
         assert _plan(snap, cfg) == plan
 
 
+def a_round_walking_the_stale_check_run_plans_as_on_a_new_run(
+    snap: Snapshot, cfg: Config, plan: Plan
+) -> None:
+    """Under BestEffortFIFO a round after the first walks the run its stale check made (the queue
+    with the placed absent from it), where none leaves it unestimated: given a run made anew of
+    the queue less the placed instead, it must plan the same."""
+    stale = _Planner._stale
+
+    def anew(self: Any, pending: Any, placed: set[str], runtimes: Any) -> Any:
+        found = stale(self, pending, placed, runtimes)
+        if found is None:
+            return None
+        queue = [w for w in pending if w.uid not in placed]
+        return queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
+
+    with patch.object(_Planner, "_stale", anew):
+        assert _plan(snap, cfg) == plan
+
+
 def the_same_input_gives_the_same_plan(snap: Snapshot, cfg: Config, plan: Plan) -> None:
     first = plan
     assert _plan(snap, cfg) == first
@@ -504,6 +524,7 @@ PROPERTIES = [
     refusals_remembered_change_nothing,
     refusals_for_no_room_are_what_pricing_gives,
     refusals_for_a_spent_budget_are_what_pricing_gives,
+    a_round_walking_the_stale_check_run_plans_as_on_a_new_run,
 ]
 
 
