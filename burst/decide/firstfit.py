@@ -89,6 +89,31 @@ class FirstFitRun:
                 return None
         return self._starts[uid][0]
 
+    def starts_by(self, uid: str, until: datetime) -> bool:
+        """Whether the workload starts at `until` or before, the run taken no further than that
+        tells (an absent one: were it the only absent one)."""
+        if uid not in self._queued:
+            return False
+        while uid not in self._starts:
+            if self._started:
+                upcoming = self._upcoming()
+                if upcoming is None or upcoming > until:
+                    return False
+            if not self._step():
+                return False
+        return self._starts[uid][0] <= until
+
+    def _upcoming(self) -> datetime | None:
+        """When the next release comes (None: none is left), those undone taken off the heap."""
+        releases, undone = self._releases, self._undone
+        while releases and undone and releases[0] in undone:
+            release = heapq.heappop(releases)
+            if undone[release] == 1:
+                del undone[release]
+            else:
+                undone[release] -= 1
+        return releases[0][0] if releases else None
+
     def leave(self, uid: str) -> None:
         """Take a workload in the run out of the queue, as if it had never been queued."""
         found = self._queued.pop(uid, None)

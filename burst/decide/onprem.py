@@ -95,6 +95,11 @@ class Sweep(ABC):
         """The estimate of a workload that `leaves()`."""
         return self._gone[w.uid]
 
+    def starts_by(self, w: Workload, runtime: timedelta, until: datetime) -> bool:
+        """Whether a workload that `leaves()` would start on-prem at `until` or before."""
+        start = self.left(w, runtime).start
+        return start is not None and start <= until
+
     @abstractmethod
     def leave(self) -> None:
         """The estimated workload goes elsewhere: it leaves the queue, those behind move up."""
@@ -299,6 +304,10 @@ class FirstFitSweep(Sweep):
     def left(self, w: Workload, runtime: timedelta) -> Estimate:
         """Asked once the walk is done: the run then holds every workload that left before."""
         return self._started(w, runtime)
+
+    def starts_by(self, w: Workload, runtime: timedelta, until: datetime) -> bool:
+        """As Sweep.starts_by, the run taken no further than that tells."""
+        return self._run.starts_by(w.uid, until)
 
     def _started(self, w: Workload, runtime: timedelta) -> Estimate:
         start = self._run.start(w.uid)

@@ -54,7 +54,14 @@ from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import pool_actions
 from burst.decide.replan import AtRisk, at_risk, launch_due, replan
-from burst.decide.triggers import Want, sends_anyway, time_saved, trigger, urgency
+from burst.decide.triggers import (
+    Want,
+    latest_start,
+    sends_anyway,
+    time_saved,
+    trigger,
+    urgency,
+)
 from burst.decide.wording import Words
 from burst.model import (
     Action,
@@ -147,8 +154,12 @@ class _Planner:
             policy = self.policy_of[w.uid]
             if sends_anyway(w, policy.spec.trigger, self.now):
                 continue  # its reason holds whatever its estimate
-            est = sweep.left(w, runtimes[w.uid])
-            if self._why(w, policy, est, sweep, runtimes[w.uid])[0] is None:
+            runtime = runtimes[w.uid]
+            latest = latest_start(w, policy.spec.trigger, runtime)
+            if latest is not None and not sweep.starts_by(w, runtime, latest):
+                continue  # its deadline still sends it: the queue is run no further for it
+            est = sweep.left(w, runtime)
+            if self._why(w, policy, est, sweep, runtime)[0] is None:
                 return None
         return sweep
 

@@ -39,6 +39,17 @@ def sends_anyway(w: Workload, t: Trigger, now: datetime) -> bool:
     return _past_max_wait(w, t, now) or _quota_sends(w, t)
 
 
+def latest_start(w: Workload, t: Trigger, runtime: timedelta) -> datetime | None:
+    """The latest on-prem start of a run of `runtime` at which trigger() does not find the
+    deadline at risk (None: `w` has no deadline): its deadline, less the margin and the share of
+    the run the trigger counts."""
+    if w.deadline is None:
+        return None
+    share = t.deadline_runtime_share
+    counted = runtime * share if share < 1 else runtime
+    return w.deadline - safety_margin(t, runtime) - counted
+
+
 def _past_max_wait(w: Workload, t: Trigger, now: datetime) -> bool:
     return t.max_pending_wait is not None and now - w.pending_since >= t.max_pending_wait
 

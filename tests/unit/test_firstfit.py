@@ -72,8 +72,9 @@ def first_fit_by_hand(
 def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
     scenario, shapes, data
 ) -> None:
-    """Asked in any order, with workloads leaving before and after they start; with few pod
-    shapes (`shapes`), several absent of one shape wait around those in the run."""
+    """Asked in any order, with workloads leaving before and after they start, and whether one
+    starts by a time; with few pod shapes (`shapes`), several absent of one shape wait around
+    those in the run."""
     onprem, pending, runtimes, _ = scenario
     if shapes is not None:
         pending = [replace(w, gpus_per_pod=1 + w.gpus_per_pod % shapes, pods=1) for w in pending]
@@ -81,7 +82,9 @@ def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
     uids = [w.uid for w in queue]
     absent = frozenset(data.draw(st.lists(st.sampled_from(uids))))
     ops = data.draw(
-        st.lists(st.tuples(st.sampled_from(["start", "leave"]), st.sampled_from(uids)), max_size=24)
+        st.lists(
+            st.tuples(st.sampled_from(["start", "leave", "by"]), st.sampled_from(uids)), max_size=24
+        )
     )
     run = FirstFitRun(onprem, NOW, queue, runtimes, lambda w: "V100", absent)
     gone: set[str] = set()
@@ -92,6 +95,13 @@ def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
             continue
         present = [w for w in queue if w.uid not in gone and (w.uid not in absent or w.uid == uid)]
         expected = None if uid in gone else first_fit_by_hand(onprem, present, runtimes).get(uid)
+        if op == "by":  # asked whether it starts by a time: the run goes no further than that
+            until = NOW + data.draw(st.integers(0, 12)) * timedelta(minutes=30)
+            if expected is not None and data.draw(st.booleans()):
+                until = expected + data.draw(st.sampled_from([-1, 0])) * timedelta(microseconds=1)
+            by = expected is not None and expected <= until
+            assert run.starts_by(uid, until) == by, (op, uid, until, gone)
+            continue
         assert run.start(uid) == expected, (op, uid, gone)
 
 
