@@ -107,12 +107,15 @@ class FirstFitRun:
         """When the next release comes (None: none is left), those undone taken off the heap."""
         releases, undone = self._releases, self._undone
         while releases and undone and releases[0] in undone:
-            release = heapq.heappop(releases)
-            if undone[release] == 1:
-                del undone[release]
-            else:
-                undone[release] -= 1
+            self._drop_undone(heapq.heappop(releases))
         return releases[0][0] if releases else None
+
+    def _drop_undone(self, release: _Release) -> None:
+        """A release undone, off the heap for good."""
+        if self._undone[release] == 1:
+            del self._undone[release]
+        else:
+            self._undone[release] -= 1
 
     def leave(self, uid: str) -> None:
         """Take a workload in the run out of the queue, as if it had never been queued."""
@@ -137,10 +140,7 @@ class FirstFitRun:
         while releases and (at is None or releases[0][0] == at):
             release = heapq.heappop(releases)
             if undone and release in undone:  # gone for good: nothing to log
-                if undone[release] == 1:
-                    del undone[release]
-                else:
-                    undone[release] -= 1
+                self._drop_undone(release)
                 continue
             at = release[0]
             _, name, node, gpus = release

@@ -245,8 +245,10 @@ class Placement:
         found = (
             self.shared.of_kind(policy, w.accelerator, spot_ok, self.catalog) if shared else None
         )
+        if found is not None:
+            return found
         of_policy = self.policy_pools[policy.metadata.name]
-        return found or of_policy.of_kind(policy, w.accelerator, spot_ok, self.catalog)
+        return of_policy.of_kind(policy, w.accelerator, spot_ok, self.catalog)
 
     def _grow_at_pool_limit(
         self, want: Want, eligible: EligiblePools, max_cost_usd: int | None
