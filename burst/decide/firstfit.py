@@ -9,7 +9,8 @@ it to a cloud). The run goes only as far as the start asked for. A workload that
 it starts changed nothing: at each release it either started or did not fit, and the next of its
 shape in line does not fit either. One that leaves after it started is taken back to the release
 at which it started, by an undo log (one entry per release taken and per start), and the run
-goes on from there without it.
+goes on from there without it. The run pauses before it places the workload asked for, so one
+that the plan sends away at once, as it does most it sends, has nothing to undo.
 
 Workloads that leave whatever their estimate (past their policy's wait, say) are not in the run
 at all; each one's start is where it would start were it the only one of them to stay: at the
@@ -78,6 +79,11 @@ class FirstFitRun:
         self._log: list[_Release | _Start | _Absent] = []  # releases taken and starts, in turn
         self._at: list[tuple[datetime, int]] = [(now, 0)]  # each release: when, the log before it
         self._started = False  # whether what fits at the last release has started
+        # The workload asked for, found to start at the last release before it was placed: the
+        # release's starts pause there, so that one that then leaves has nothing to undo (most
+        # that leave do so at once, and undoing a start and those after it cost what making them
+        # did). Anything else asked places it first.
+        self._paused: str | None = None
 
     def start(self, uid: str) -> datetime | None:
         """When the workload starts (an absent one: were it the only absent one); None if it never
@@ -85,7 +91,7 @@ class FirstFitRun:
         if uid not in self._queued:
             return None
         while uid not in self._starts:
-            if not self._step():
+            if not self._step(uid):
                 return None
         return self._starts[uid][0]
 
@@ -99,7 +105,7 @@ class FirstFitRun:
                 upcoming = self._upcoming()
                 if upcoming is None or upcoming > until:
                     return False
-            if not self._step():
+            if not self._step(uid):
                 return False
         return self._starts[uid][0] <= until
 
@@ -122,17 +128,31 @@ class FirstFitRun:
         found = self._queued.pop(uid, None)
         if found is None:
             return
+        line, item = found
+        if self._unpause() == uid:
+            line.remove(item)  # not placed: nothing to undo
+            return
         started = self._starts.get(uid)
         if started is not None:
             self._undo(started[1])
-        line, item = found
         line.remove(item)
 
-    def _step(self) -> bool:
-        """Start what fits at the last release, or take the next release (False: none is left)."""
+    def _unpause(self) -> str | None:
+        """The workload the starts paused at, as not started (its release's starts find it again
+        when they go on), or None."""
+        paused, self._paused = self._paused, None
+        if paused is not None:
+            del self._starts[paused]
+        return paused
+
+    def _step(self, asked: str) -> bool:
+        """Start what fits at the last release, pausing before the workload `asked` for, or take
+        the next release (False: none is left)."""
         if not self._started:
+            self._unpause()
             for name, (lines, absent) in self._lines.items():
-                self._start_what_fits(self._cluster[name], name, lines, absent)
+                if self._start_what_fits(self._cluster[name], name, lines, absent, asked):
+                    return True
             self._started = True
             return True
         releases, undone, log = self._releases, self._undone, self._log
@@ -152,7 +172,11 @@ class FirstFitRun:
         self._started = False
         return True
 
-    def _start_what_fits(self, p: Product, name: str, lines: _Lines, absent: _Lines) -> None:
+    def _start_what_fits(
+        self, p: Product, name: str, lines: _Lines, absent: _Lines, asked: str
+    ) -> bool:
+        """Start, in queue order, what fits at the last release (again: what has started stays
+        so); True when paused before `asked`, which would start next."""
         at, index = self._at[-1][0], len(self._at) - 1
         fits = p.fits
         # GPUs free only shrink while a release's starts are made: a line that does not fit now
@@ -174,9 +198,14 @@ class FirstFitRun:
             if alone:
                 self._absent_start(alone, head if first is not None else None, at, index)
             if first is None:
-                return
-            item = first.popleft()
+                return False
+            item = first[0]
             w = item[1]
+            if w.uid == asked:
+                self._starts[w.uid] = (at, index)
+                self._paused = w.uid
+                return True
+            first.popleft()
             nodes = p.place(w.gpus_per_pod, w.pods)
             ends = [(at + self._runtime[w.uid], name, node, w.gpus_per_pod) for node in nodes]
             for end in ends:

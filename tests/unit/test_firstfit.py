@@ -72,8 +72,8 @@ def first_fit_by_hand(
 def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
     scenario, shapes, data
 ) -> None:
-    """Asked in any order, with workloads leaving before and after they start, and whether one
-    starts by a time; with few pod shapes (`shapes`), several absent of one shape wait around
+    """Asked in any order, with workloads leaving before and after they start (at once, as a
+    plan's walk sends one away), and whether one starts by a time; with few pod shapes (`shapes`), several absent of one shape wait around
     those in the run."""
     onprem, pending, runtimes, _ = scenario
     if shapes is not None:
@@ -83,7 +83,8 @@ def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
     absent = frozenset(data.draw(st.lists(st.sampled_from(uids))))
     ops = data.draw(
         st.lists(
-            st.tuples(st.sampled_from(["start", "leave", "by"]), st.sampled_from(uids)), max_size=24
+            st.tuples(st.sampled_from(["start", "leave", "by", "walk"]), st.sampled_from(uids)),
+            max_size=24,
         )
     )
     run = FirstFitRun(onprem, NOW, queue, runtimes, lambda w: "V100", absent)
@@ -103,6 +104,9 @@ def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
             assert run.starts_by(uid, until) == by, (op, uid, until, gone)
             continue
         assert run.start(uid) == expected, (op, uid, gone)
+        if op == "walk" and uid not in absent:  # as a plan's walk: asked, then sent away
+            run.leave(uid)
+            gone.add(uid)
 
 
 def test_a_small_job_that_leaves_gives_its_gpus_to_one_behind_a_wide_one() -> None:
