@@ -30,7 +30,7 @@ SHARED = ROOT.parent / "shared"
 # ordering files by their number of tests): with each file on one worker, the soak (three and a
 # half minutes, most of it waiting on its `burst serve` processes) started last and ran alone at
 # the end while the other worker sat idle.
-LONGEST_FIRST = ("tests/soak/test_soak.py", "tests/test_static.py")
+LONGEST_FIRST = ("tests/soak/test_soak.py", "tests/test_static.py", "tests/e2e/test_compiled.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

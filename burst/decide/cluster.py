@@ -9,7 +9,6 @@ keeps its nodes in the same `Nodes`.
 from __future__ import annotations
 
 import bisect
-import copy
 import heapq
 from collections import Counter
 from collections.abc import Mapping
@@ -32,15 +31,34 @@ class Nodes:
     Philly cluster has 194 nodes, and a plan places thousands of waiting jobs). The estimate and
     the simulator's cluster both keep their nodes so."""
 
-    def __init__(self, names: list[str], sizes: list[int], free: list[int] | None = None) -> None:
+    free: list[int]
+    total: int
+    counts: Counter[int]
+    _sizes: Counter[int]  # how many nodes have each size
+    _could: dict[tuple[int, int], bool]  # could_fit's answers
+    _leaves: int
+    _tree: list[int]  # the most GPUs free on a node, per subtree
+
+    def __init__(
+        self,
+        names: list[str],
+        sizes: list[int],
+        free: list[int] | None = None,
+        like: Nodes | None = None,
+    ) -> None:
         self.names, self.sizes = names, sizes
+        if like is not None:  # a copy of `like`: what is free copied, what sizes give shared
+            self.free, self.total = list(like.free), like.total
+            self.counts, self._tree = Counter(like.counts), list(like._tree)
+            self._sizes, self._could, self._leaves = like._sizes, like._could, like._leaves
+            return
         self.free = list(sizes) if free is None else free
         self.total = sum(self.free)
-        self.counts: Counter[int] = Counter(max(f, 0) for f in self.free)
+        self.counts = Counter(max(f, 0) for f in self.free)
         self._sizes = Counter(max(size, 0) for size in sizes)
-        self._could: dict[tuple[int, int], bool] = {}
+        self._could = {}
         self._leaves = 1 << max(0, len(sizes) - 1).bit_length()
-        self._tree = [0] * (2 * self._leaves)  # the most GPUs free on a node, per subtree
+        self._tree = [0] * (2 * self._leaves)
         for k, f in enumerate(self.free):
             self._tree[self._leaves + k] = max(f, 0)
         for i in range(self._leaves - 1, 0, -1):
@@ -120,8 +138,9 @@ class Product(Nodes):
         now: datetime,
         free: list[int],
         releases: list[tuple[datetime, int, int]],
+        like: Nodes | None = None,
     ) -> None:
-        super().__init__(names, sizes, free)
+        super().__init__(names, sizes, free, like)
         heapq.heapify(releases)  # linear, where a push per running workload is not
         self.clock = now  # start of the last workload that started here (FIFO: none before)
         self.releases = releases  # heap of (time, node, GPUs)
@@ -129,11 +148,7 @@ class Product(Nodes):
     def copy_at(self, now: datetime, releases: list[tuple[datetime, int, int]]) -> Product:
         """These nodes as they are now, with `releases` to come: a copy the estimate may change
         (what could ever fit, a matter of node sizes, stays shared)."""
-        twin = copy.copy(self)
-        twin.free, twin.counts, twin._tree = list(self.free), Counter(self.counts), list(self._tree)
-        heapq.heapify(releases)
-        twin.clock, twin.releases = now, releases
-        return twin
+        return Product(self.names, self.sizes, now, self.free, releases, like=self)
 
     def first_start(self, per_pod: int) -> Start | None:
         """Where and when one pod of `per_pod` GPUs (more than 0) would start: releases taken off

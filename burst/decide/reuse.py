@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal, Inexact, localcontext
+from typing import Any
 
 from burst.decide.candidates import expected_run
 from burst.decide.caps import node_cost
@@ -40,6 +41,9 @@ _SLACK = 2**50
 def _exact_below(gpus: int, offer_gpus: int) -> int:
     """Below what gpus x node cost the Decimal share gpus/offer_gpus x node cost has no rounding
     (the quotient terminates and the product keeps every digit); 0 when the quotient is rounded."""
+    # Any: typeshed calls the flags a dict, which a compiled build (setup.py) would check them
+    # against; they are a decimal.SignalDict.
+    ctx: Any
     with localcontext() as ctx:
         ctx.clear_flags()
         share = Decimal(gpus) / offer_gpus

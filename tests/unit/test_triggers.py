@@ -5,13 +5,13 @@ the share of the run counted."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, cast
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from burst.decide.onprem import Estimate
+from burst.decide.onprem import Estimate, queue_sweep
 from burst.decide.triggers import latest_start, trigger
+from burst.model import OnPrem
 from tests.builders import NOW, make_config, policy_spec, workload
 
 
@@ -35,9 +35,10 @@ def test_the_deadline_is_at_risk_exactly_past_the_latest_start(
     at = NOW + timedelta(seconds=start, microseconds=micros)
     latest = latest_start(w, policy.spec.trigger, runtime)
     assert latest is not None
+    sweep = queue_sweep(OnPrem({"V100": 8}), NOW, "StrictFIFO", [], {})  # read for no start
     for begin in (at, latest, latest + timedelta(microseconds=1)):
         est = Estimate("V100", begin, begin + runtime)
-        why, _ = trigger(w, policy, est, cast(Any, None), NOW, False)
+        why, _ = trigger(w, policy, est, sweep, NOW, False)
         assert (why is not None) == (begin > latest), (begin, latest, why)
 
 

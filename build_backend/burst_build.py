@@ -1,0 +1,52 @@
+"""The build backend: setuptools' own, asking for mypy too when BURST_COMPILE=1 asks setup.py to
+compile the decision with mypyc, so that a plain install needs nothing more. The wrapper is the
+one setuptools documents for build requirements that depend on the build ("Dynamic build
+dependencies and other build_meta tweaks", setuptools.pypa.io/en/latest/build_meta.html)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from setuptools import build_meta
+from setuptools.build_meta import *  # noqa: F403 (every hook as setuptools has it)
+
+COMPILER = "mypy>=1.15"  # mypyc comes with mypy
+Settings = dict[str, object] | None
+
+
+@contextmanager
+def _pure() -> Iterator[list[str]]:
+    """setup.py run for what it needs and its metadata, neither of which compiling changes: mypy
+    is not installed yet when it is asked what it needs, and compiling twice is a waste. Yields
+    the requirement compiling adds."""
+    asked = os.environ.get("BURST_COMPILE")
+    os.environ["BURST_COMPILE"] = "0"
+    try:
+        yield [COMPILER] if asked == "1" else []
+    finally:
+        if asked is None:
+            del os.environ["BURST_COMPILE"]
+        else:
+            os.environ["BURST_COMPILE"] = asked
+
+
+def get_requires_for_build_wheel(config_settings: Settings = None) -> list[str]:
+    with _pure() as compiler:
+        return build_meta.get_requires_for_build_wheel(config_settings) + compiler
+
+
+def get_requires_for_build_editable(config_settings: Settings = None) -> list[str]:
+    with _pure() as compiler:
+        return build_meta.get_requires_for_build_editable(config_settings) + compiler
+
+
+def prepare_metadata_for_build_wheel(directory: str, config_settings: Settings = None) -> str:
+    with _pure():
+        return build_meta.prepare_metadata_for_build_wheel(directory, config_settings)
+
+
+def prepare_metadata_for_build_editable(directory: str, config_settings: Settings = None) -> str:
+    with _pure():
+        return build_meta.prepare_metadata_for_build_editable(directory, config_settings)
