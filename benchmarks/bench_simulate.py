@@ -11,7 +11,8 @@ one more (policy "all") with the seconds of the five replays together: what
         [--config config]
 
 `--config` replays under another configuration folder, as `burst simulate -c` does (the shipped
-`config/`: each policy's share of `burst simulate --trace philly -c config/ --baselines`).
+`config/`: each policy's share of `burst simulate --trace philly -c config/ --baselines`). Each row
+says whether the decision it ran is the compiled build's (`BURST_COMPILE=1 pip install .`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from pathlib import Path
 
 from burst import config
 from burst.cloud import catalog
+from burst.decide import planner
 from burst.sim import compare, simulate, trace
+
+# Whether the decision is the compiled build's (setup.py, BURST_COMPILE=1): each row says.
+COMPILED = Path(planner.__file__).suffix != ".py"
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACES = ROOT / "burst" / "data" / "traces"
@@ -122,6 +127,7 @@ def main() -> None:
                         "decisions": outcome.decisions,
                         "ms_per_decision": round(1000 * seconds / max(outcome.decisions, 1), 2),
                         "deadlines_met": round(outcome.deadlines_met, 4),
+                        "compiled": COMPILED,
                     }
                 ),
                 flush=True,
