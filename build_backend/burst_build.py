@@ -40,15 +40,27 @@ def get_requires_for_build_wheel(config_settings: Settings = None) -> list[str]:
 
 
 def get_requires_for_build_editable(config_settings: Settings = None) -> list[str]:
-    with _pure() as compiler:
-        return build_meta.get_requires_for_build_editable(config_settings) + compiler
+    _not_compiled_editable()
+    return build_meta.get_requires_for_build_editable(config_settings)
+
+
+def build_editable(
+    wheel_directory: str, config_settings: Settings = None, metadata_directory: str | None = None
+) -> str:
+    _not_compiled_editable()
+    return build_meta.build_editable(wheel_directory, config_settings, metadata_directory)
+
+
+def _not_compiled_editable() -> None:
+    """Compiled modules built in place would be imported instead of the source beside them,
+    edits and all, until built again: refused, with what to run instead."""
+    if os.environ.get("BURST_COMPILE") == "1":
+        raise SystemExit(
+            "BURST_COMPILE=1 compiles the decision for an installed copy: "
+            "run `BURST_COMPILE=1 pip install .`, not `pip install -e .`"
+        )
 
 
 def prepare_metadata_for_build_wheel(directory: str, config_settings: Settings = None) -> str:
     with _pure():
         return build_meta.prepare_metadata_for_build_wheel(directory, config_settings)
-
-
-def prepare_metadata_for_build_editable(directory: str, config_settings: Settings = None) -> str:
-    with _pure():
-        return build_meta.prepare_metadata_for_build_editable(directory, config_settings)

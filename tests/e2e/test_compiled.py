@@ -2,10 +2,13 @@
 same source and installed from the wheel, are what is imported, and they answer as the source
 does: the unit tests pass against them, and replays under both queueings, with the baselines,
 give the same JSON byte for byte. mypyc checks each value against its annotation where Python
-does not (a test that passed None for a sweep failed so), so the unit tests are run again."""
+does not (a test that passed None for a sweep failed so), so the unit tests are run again. The
+build backend asks for the compiler only when compiling, runs setup.py pure for metadata, and
+refuses a compiled editable install."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +16,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -100,3 +104,36 @@ def test_a_replay_gives_the_same_json_compiled(compiled: Path, tmp_path: Path, c
     burst = json.loads(source.stdout)["policies"][0]
     assert burst["name"] == "burst" and burst["pools_created"] > 0  # it burst: placement ran
     assert built.stdout == source.stdout
+
+
+def backend() -> ModuleType:
+    """build_backend/burst_build.py, as pip loads it (pyproject.toml's backend-path)."""
+    spec = importlib.util.spec_from_file_location(
+        "burst_build", ROOT / "build_backend" / "burst_build.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_an_editable_compiled_install_is_refused_saying_what_to_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BURST_COMPILE", "1")
+    with pytest.raises(SystemExit, match=r"run `BURST_COMPILE=1 pip install \.`"):
+        backend().get_requires_for_build_editable()
+
+
+@pytest.mark.parametrize("asked", [None, "0", "1"])
+def test_setup_py_runs_pure_for_its_metadata_and_the_compiler_is_asked_for_only_when_compiling(
+    monkeypatch: pytest.MonkeyPatch, asked: str | None
+) -> None:
+    if asked is None:
+        monkeypatch.delenv("BURST_COMPILE", raising=False)
+    else:
+        monkeypatch.setenv("BURST_COMPILE", asked)
+    with backend()._pure() as requires:
+        assert os.environ["BURST_COMPILE"] == "0"
+        assert ("mypy>=1.15" in requires) == (asked == "1")
+    assert os.environ.get("BURST_COMPILE") == asked
