@@ -1,8 +1,8 @@
 """The build: pure Python, or with BURST_COMPILE=1 the decision's modules (burst/decide, which a
 replay spends nine tenths of its time in) compiled to C extensions by mypyc, from the same typed
 source; a replay then runs about 1.5 times as fast (docs/benchmarks.md). Install it so with
-`BURST_COMPILE=1 pip install .`: an editable install would leave the extensions beside the
-source, and they, not the source, would be imported until built again.
+`BURST_COMPILE=1 pip install .`; an editable install refuses it (build_backend/), as it would
+leave the extensions beside the source, imported in its place until built again.
 
 Everything else about the package is in pyproject.toml."""
 

@@ -1,7 +1,8 @@
-"""The build backend: setuptools' own, asking for mypy too when BURST_COMPILE=1 asks setup.py to
-compile the decision with mypyc, so that a plain install needs nothing more. The wrapper is the
-one setuptools documents for build requirements that depend on the build ("Dynamic build
-dependencies and other build_meta tweaks", setuptools.pypa.io/en/latest/build_meta.html)."""
+"""The build backend: setuptools' own, asking for what mypyc needs too when BURST_COMPILE=1 asks
+setup.py to compile the decision, so that a plain install needs nothing more, and refusing a
+compiled editable install. The wrapper is the one setuptools documents for build requirements
+that depend on the build ("Dynamic build dependencies and other build_meta tweaks",
+setuptools.pypa.io/en/latest/build_meta.html)."""
 
 from __future__ import annotations
 
