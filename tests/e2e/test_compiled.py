@@ -22,8 +22,9 @@ import pytest
 
 from tests.conftest import ROOT
 
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "build_backend", "burst", "providers")
-SOURCES += ("migrations",)
+# What the wheel is built from (pyproject.toml's packages, readme and build)
+SOURCES = ["pyproject.toml", "setup.py", "README.md", "build_backend"]
+SOURCES += ["burst", "providers", "migrations"]
 
 
 def python(site: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
