@@ -152,6 +152,13 @@ class CloudPools(OnPremQueue):
         job.state, job.finished, job.ran_in_cloud = "done", self.now, True
         self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         self._charge(i, pool)
+        # Work planned onto the pool starts in the room the run leaves, as the remote scheduler
+        # retries its pending pods once a pod holding a node is gone (kubernetes
+        # pkg/scheduler/eventhandlers.go, deleteAssignedPodFromCache; at the latest after
+        # DefaultPodMaxInUnschedulablePodsDuration, 5 minutes). It waited for the pool's next
+        # launch or dispatch, and a job planned behind a run there missed its deadline so.
+        if pool.planned and pool.state == "ready":
+            self._start_planned(pool)
         if self.waiting and self._freed_room_matters(pool):
             self.decide_at(self.now)
 

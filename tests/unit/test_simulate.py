@@ -440,6 +440,49 @@ class GrowOnePool:
         return actions
 
 
+class OnePoolForAll:
+    """A policy (the simulator's protocol) that creates one pool of one 8-GPU node at its first
+    decision and plans every queued job onto it, busy or not."""
+
+    name = "one-pool-for-all"
+
+    def __init__(self) -> None:
+        self.offer = next(
+            o for o in OFFERS if o.gpus == 8 and o.capacity == "on-demand" and o.cloud == "gcp"
+        )
+
+    def wake_at(self, job: SimJob, runtime: int) -> float | None:
+        return None
+
+    def decide(self, world: simulate.World) -> list[Action]:
+        zero, actions = Money.zero("USD"), []
+        if not world.pool_list:
+            offer = self.offer
+            actions.append(CreatePool("p", "gcp", "ml", offer.key, 1, offer.hourly, "", zero))
+        for i in world.queued():
+            if world.jobs[i].planned_pool is None:
+                actions.append(Dispatch(str(i), "p", "gcp", "", zero, START))
+        return actions
+
+
+def test_a_job_planned_onto_a_busy_pool_starts_when_a_run_there_ends() -> None:
+    # On-prem is taken for 10 h. a and b (8 GPUs, 1 h each) are planned onto one pool of one
+    # 8-GPU node, up at 330 s: a runs from then, and b starts when a ends, at 3,930 s, as the
+    # remote cluster's scheduler starts a pending pod once the pod holding its node is gone
+    # (kubernetes pkg/scheduler/eventhandlers.go, deleteAssignedPodFromCache: an assigned pod's
+    # delete moves the unschedulable pods back to the active queue; failing that, they are
+    # retried after at most DefaultPodMaxInUnschedulablePodsDuration, 5 minutes,
+    # pkg/scheduler/internal/queue/scheduling_queue.go). b used to wait for the next launch or
+    # dispatch onto the pool, and a job planned onto a busy pool missed its deadline so.
+    jobs = [job("hog", 0, 36_000, 8, 10**6), job("a", 10, 3600, 8, 10**6)]
+    jobs.append(job("b", 20, 3600, 8, 10**6))
+    world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY)
+    world.run(OnePoolForAll())
+    a, b = world.jobs[1], world.jobs[2]
+    assert len(world.pool_list) == 1 and a.ran_in_cloud and b.ran_in_cloud
+    assert (a.started, b.started) == (330, 3930)
+
+
 def test_a_launch_fails_or_comes_up_as_a_whole() -> None:
     # On-prem is taken by a for 10 h; the pool is created for b at the tick after 10 s and grown
     # for c at the tick after 100 s, while it still launches (nodes take 300 s). Half the launches
