@@ -152,13 +152,7 @@ class CloudPools(OnPremQueue):
         job.state, job.finished, job.ran_in_cloud = "done", self.now, True
         self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         self._charge(i, pool)
-        # Work planned onto the pool starts in the room the run leaves, as the remote scheduler
-        # retries its pending pods once a pod holding a node is gone (kubernetes
-        # pkg/scheduler/eventhandlers.go, deleteAssignedPodFromCache; at the latest after
-        # DefaultPodMaxInUnschedulablePodsDuration, 5 minutes). It waited for the pool's next
-        # launch or dispatch, and a job planned behind a run there missed its deadline so.
-        if pool.planned and pool.state == "ready":
-            self._start_planned(pool)
+        self._room_freed(pool)
         if self.waiting and self._freed_room_matters(pool):
             self.decide_at(self.now)
 
@@ -242,8 +236,18 @@ class CloudPools(OnPremQueue):
         node = pool.nodes[k]
         if node.ended is None:
             self.interruptions += 1
-            self._lose(pool, [node])
+            self._lose(pool, [node])  # a lost job's pods on other nodes let their GPUs go
+            self._room_freed(pool)
             self.decide_at(self.now)
+
+    def _room_freed(self, pool: Pool) -> None:
+        """Work planned onto the pool starts in the room a run left, as the remote scheduler
+        retries its pending pods once a pod holding a node is gone (kubernetes
+        pkg/scheduler/eventhandlers.go, deleteAssignedPodFromCache; at the latest after
+        DefaultPodMaxInUnschedulablePodsDuration, 5 minutes). It waited for the pool's next
+        launch or dispatch, and a job planned behind a run there missed its deadline so."""
+        if pool.planned and pool.state == "ready":
+            self._start_planned(pool)
 
     def _lose(self, pool: Pool, nodes: list[Node]) -> None:
         """Nodes go (interrupted, or their pool deleted): their jobs go back to the queue, as the

@@ -13,6 +13,7 @@ import pytest
 from burst import config
 from burst.amounts import Money
 from burst.cloud import catalog
+from burst.decide.pools import first_fit
 from burst.model import CLOUDS, Action, CreatePool, Dispatch, OfferKey, ResizePool
 from burst.sim import baselines, compare, simulate, variants
 from burst.sim.state import START, CloudModel
@@ -481,6 +482,48 @@ def test_a_job_planned_onto_a_busy_pool_starts_when_a_run_there_ends() -> None:
     a, b = world.jobs[1], world.jobs[2]
     assert len(world.pool_list) == 1 and a.ran_in_cloud and b.ran_in_cloud
     assert (a.started, b.started) == (330, 3930)
+
+
+class Watched(simulate.World):
+    """A replay that checks, at every decision, that no job planned onto a pool that is up fits
+    the room that pool has: the remote scheduler would have started it."""
+
+    checked = 0
+
+    def _decide(self, policy: simulate.Policy) -> None:
+        for pool in self.pool_list:
+            if pool.state != "ready":
+                continue
+            for i in pool.planned:
+                spec = self.jobs[i].spec
+                assert first_fit(pool.room(self.now), spec.gpus_per_pod, spec.pods) is None, i
+                self.checked += 1
+        super()._decide(policy)
+
+
+def test_no_job_waits_on_a_pool_that_has_room_for_it() -> None:
+    # Runs end, and spot nodes are reclaimed under jobs of several pods, whose pods on the other
+    # nodes then let their GPUs go: planned work takes the room at once, whatever freed it.
+    rng = random.Random(5)
+    jobs = sorted(
+        (
+            SimJob(str(i), t, d, g * p, p, g, t + 3 * d + 3600, "cms-ml")
+            for i in range(400)
+            for t, d, g, p in [
+                (
+                    rng.randint(0, 20_000),
+                    rng.randint(600, 9000),
+                    rng.choice((1, 4, 8)),
+                    rng.choice((1, 2)),
+                )
+            ]
+        ),
+        key=lambda j: (j.submit, j.job_id),
+    )
+    clouds = replace(STEADY, spot_interruptions_per_hour=0.5)
+    world = Watched(jobs, {"V100": 8}, CFG, OFFERS, seed=3, clouds=clouds)
+    out = world.run(simulate.Burst(CFG))
+    assert out.burst_jobs > 50 and world.interruptions > 0 and world.checked > 0
 
 
 def test_a_launch_fails_or_comes_up_as_a_whole() -> None:
