@@ -2,7 +2,10 @@
 cloud, launches refused for capacity or failing as a whole, spot nodes interrupted (their jobs go
 back to the queue, offered no spot again, as the service requeues a copy whose spot node was
 reclaimed), the remote autoscaler removing nodes left empty; jobs planned onto a pool start when it
-has room. Each node is billed from request to end under its cloud's billing rule, split into
+has room: when it comes up, and when a run on it ends or is lost, as the remote scheduler retries
+its pending pods once a pod holding a node is gone (kubernetes pkg/scheduler/eventhandlers.go,
+deleteAssignedPodFromCache; at the latest after DefaultPodMaxInUnschedulablePodsDuration, 5
+minutes). They waited for the pool's next launch or dispatch, and missed deadlines so. Each node is billed from request to end under its cloud's billing rule, split into
 overhead (before it is ready), idle (GPU time no job used) and use."""
 
 from __future__ import annotations
@@ -125,13 +128,11 @@ class CloudPools(OnPremQueue):
             if spots is None:
                 continue
             pool.planned.discard(i)
-            job.planned_pool = None
-            job.state, job.pool, job.nodes = "cloud", pool, spots
+            job.state, job.pool, job.nodes, job.planned_pool = "cloud", pool, spots, None
             self._unwait(i)
             self._changed(pool)
             job.run_start = self.now
-            if job.started is None:
-                job.started = self.now
+            job.started = self.now if job.started is None else job.started  # its first run's
             for k in spots:
                 node = pool.nodes[k]
                 node.free -= job.spec.gpus_per_pod
@@ -152,7 +153,7 @@ class CloudPools(OnPremQueue):
         job.state, job.finished, job.ran_in_cloud = "done", self.now, True
         self.learned.observe(job.spec.team, job.spec.job_id, job.spec.gpus, job.spec.duration)
         self._charge(i, pool)
-        self._room_freed(pool)
+        self._start_planned(pool)  # in the room the run left
         if self.waiting and self._freed_room_matters(pool):
             self.decide_at(self.now)
 
@@ -236,18 +237,9 @@ class CloudPools(OnPremQueue):
         node = pool.nodes[k]
         if node.ended is None:
             self.interruptions += 1
-            self._lose(pool, [node])  # a lost job's pods on other nodes let their GPUs go
-            self._room_freed(pool)
+            self._lose(pool, [node])
+            self._start_planned(pool)  # in the room its lost jobs' pods on other nodes left
             self.decide_at(self.now)
-
-    def _room_freed(self, pool: Pool) -> None:
-        """Work planned onto the pool starts in the room a run left, as the remote scheduler
-        retries its pending pods once a pod holding a node is gone (kubernetes
-        pkg/scheduler/eventhandlers.go, deleteAssignedPodFromCache; at the latest after
-        DefaultPodMaxInUnschedulablePodsDuration, 5 minutes). It waited for the pool's next
-        launch or dispatch, and a job planned behind a run there missed its deadline so."""
-        if pool.planned and pool.state == "ready":
-            self._start_planned(pool)
 
     def _lose(self, pool: Pool, nodes: list[Node]) -> None:
         """Nodes go (interrupted, or their pool deleted): their jobs go back to the queue, as the
