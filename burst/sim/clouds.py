@@ -5,7 +5,7 @@ reclaimed), the remote autoscaler removing nodes left empty; jobs planned onto a
 has room: when it comes up, and when a run on it ends or is lost, as the remote scheduler retries
 its pending pods once a pod holding a node is gone (kubernetes pkg/scheduler/eventhandlers.go,
 deleteAssignedPodFromCache; at the latest after DefaultPodMaxInUnschedulablePodsDuration, 5
-minutes). They waited for the pool's next launch or dispatch, and missed deadlines so. Each node is billed from request to end under its cloud's billing rule, split into
+minutes). Each node is billed from request to end under its cloud's billing rule, split into
 overhead (before it is ready), idle (GPU time no job used) and use."""
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class CloudPools(OnPremQueue):
             self._unwait(i)
             self._changed(pool)
             job.run_start = self.now
-            job.started = self.now if job.started is None else job.started  # its first run's
+            job.started = self.now if job.started is None else job.started  # a restart keeps it
             for k in spots:
                 node = pool.nodes[k]
                 node.free -= job.spec.gpus_per_pod
