@@ -74,6 +74,7 @@ class Job:
     started: float | None = None
     finished: float | None = None
     planned_pool: Pool | None = None
+    dispatched: float = 0.0  # its last dispatch: what the service dates its expected end from
     pool: Pool | None = None
     nodes: list[int] = field(default_factory=list)  # the pool's nodes its pods run on
     run_start: float = 0.0  # of its current run in a cloud

@@ -28,17 +28,16 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
     """The pool as the decision sees it now, built from its nodes and planned jobs (and from its
     `last` view what never changes)."""
     free = [n.free for n in pool.alive]
-    # When each node's work is expected to end, by the runtimes the decision is told.
-    busy = [
-        max((_ends(world, i, world.jobs[i].run_start) for i in n.jobs), default=None)
-        for n in pool.alive
-    ]
+    # When each node's work is expected to end, by the runtimes the decision is told, from each
+    # job's dispatch, as the service dates it (service/loop.py): the service is not told when a
+    # copy started, nor when nodes still booting come up.
+    busy = [max((_ends(world, i) for i in n.jobs), default=None) for n in pool.alive]
     for i in pool.planned:  # planned work holds its room, as in the reconciler
         s = world.jobs[i].spec
         spots = first_fit(free, s.gpus_per_pod, s.pods)
         for k in spots or []:
             free[k] -= s.gpus_per_pod
-            end = _ends(world, i, pool.alive[k].ready_at)
+            end = _ends(world, i)
             busy[k] = max(end, busy[k] or end)
     return PoolView(
         name=pool.name,
@@ -55,8 +54,8 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
     )
 
 
-def _ends(world: WorldState, i: int, start: float) -> float:
-    return start + runtime_told(world, i)
+def _ends(world: WorldState, i: int) -> float:
+    return world.jobs[i].dispatched + runtime_told(world, i)
 
 
 def rebuilt_pool_views(world: WorldState) -> tuple[PoolView, ...]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 from functools import cache
 
 import pytest
@@ -148,16 +149,22 @@ def test_a_pool_grown_or_left_by_a_job_between_decisions_is_seen_so() -> None:
         one("f", 260, 600, 1),
     ]
     seen: dict[float, list[tuple[int, tuple[int, ...]]]] = {}
+    ends: dict[float, list[tuple[datetime | None, ...]]] = {}
 
     class Watching(Checked):
         def decide(self, world: simulate.World) -> Sequence[Action]:
             actions = super().decide(world)  # checked against a rebuild first
             seen[world.now] = [(v.nodes, v.free_gpus) for v in world.pool_views()]
+            ends[world.now] = [v.busy_until for v in world.pool_views()]
             return actions
 
     world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY)
     world.run(Watching(Scripted()))
     # Three nodes, two held for b and c; then only c's (planned work holds room first fit).
     assert seen[180] == [(3, (0, 0, 1))] and seen[300] == [(3, (0, 1, 1))]
+    # Planned work is expected to end its runtime after its dispatch, as the service dates it
+    # (service/loop.py): the decision is not told when the nodes will come up (at t=360 here).
+    done = START + timedelta(seconds=60 + 600)
+    assert ends[180] == [(done, done, None)] and ends[300] == [(done, None, None)]
     assert world.jobs[2].started == 250 and not world.jobs[2].ran_in_cloud
     assert world.jobs[3].ran_in_cloud
