@@ -73,8 +73,8 @@ def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
     scenario, shapes, data
 ) -> None:
     """Asked in any order, with workloads leaving before and after they start (at once, as a
-    plan's walk sends one away), and whether one starts by a time; with few pod shapes (`shapes`), several absent of one shape wait around
-    those in the run."""
+    plan's walk sends one away), and whether one starts by a time; with few pod shapes
+    (`shapes`), several absent of one shape wait around those in the run."""
     onprem, pending, runtimes, _ = scenario
     if shapes is not None:
         pending = [replace(w, gpus_per_pod=1 + w.gpus_per_pod % shapes, pods=1) for w in pending]
