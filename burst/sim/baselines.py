@@ -115,6 +115,11 @@ class Waiting:
         ] = {}
         self._no_fit: set[int] = set()
         self._no_growth: set[int] = set()
+        # At the pool cap, within a decision: the offers that have a pool (no other can take a
+        # job then), and by pod shape and offers within the job's cost cap, those of its choices
+        # (Philly's one-GPU jobs have 134, and most have no pool under config/'s four).
+        self._pooled: set[OfferKey] = set()
+        self._usable: dict[tuple[tuple[int, int, str | None], int], list[_Choice]] = {}
 
     def wake_at(self, job: SimJob, runtime: int) -> float | None:
         return job.submit + self.wait(job, runtime)
@@ -192,6 +197,7 @@ class Waiting:
         if world is not self._world:
             self._world, self._waits = world, {}
         self._rooms, self._no_fit, self._no_growth = {}, set(), set()
+        self._pooled, self._usable = set(sizes) | set(late), {}
         waits = self._waits
         # At the pool cap, the most offers (cheapest first) a pod shape has found no pool among:
         # one of that shape with as many or fewer finds none either, until a pool grows (the
@@ -220,11 +226,18 @@ class Waiting:
                 continue
             spec = job.spec
             choices = self._choices(spec, world.asks[i])[0][:within]
+            if self._pools >= self._max_pools:
+                usable = self._usable.get((shape, within))
+                if usable is None:
+                    usable = [c for c in choices if c.offer.key in self._pooled]
+                    self._usable[(shape, within)] = usable
+            else:
+                usable = choices
             # The cheapest offer: a pool of it with room, else a new one while under the pool
             # cap; at the cap, each offer in turn, cheapest first: a pool of it with room, or
             # one that can grow (the autoscaler's price expander over its node groups).
             ends = world.now + told
-            for k, choice in enumerate(choices):
+            for k, choice in enumerate(usable):
                 asked = len(actions)
                 found = self._pool(choice, spec, room, sizes, late, actions, ends, new=k == 0)
                 if found is not None:
@@ -309,6 +322,7 @@ class Waiting:
             )
             same[pool], nodes[pool] = [offer.gpus] * choice.nodes, choice.nodes
             self._no_fit.clear()
+            self._pooled.add(offer.key)
         elif pool is None and self._pools >= self._max_pools:
             if mine not in self._no_growth:
                 limit = self._max_nodes - choice.nodes
