@@ -5,7 +5,9 @@ reclaimed), the remote autoscaler removing nodes left empty; jobs planned onto a
 has room: when it comes up, and when a run on it ends or is lost, as the remote scheduler retries
 its pending pods once a pod holding a node is gone (kubernetes pkg/scheduler/eventhandlers.go,
 deleteAssignedPodFromCache; at the latest after DefaultPodMaxInUnschedulablePodsDuration, 5
-minutes). Each node is billed from request to end under its cloud's billing rule, split into
+minutes). A job that starts in a cloud leaves the on-prem queue, and on a strict one those behind
+it that fit start then, as Kueue's scheduler takes the next head once a workload is deleted from
+its ClusterQueue (kueue pkg/queue/manager.go, DeleteWorkload). Each node is billed from request to end under its cloud's billing rule, split into
 overhead (before it is ready), idle (GPU time no job used) and use."""
 
 from __future__ import annotations
@@ -122,11 +124,13 @@ class CloudPools(OnPremQueue):
             self._idle_if_empty(pool)
 
     def _start_planned(self, pool: Pool) -> None:
+        left: set[str] = set()  # the on-prem products whose queue a job left
         for i in sorted(pool.planned, key=lambda i: (self.jobs[i].spec.submit, i)):
             job = self.jobs[i]
             spots = first_fit(pool.room(self.now), job.spec.gpus_per_pod, job.spec.pods)
             if spots is None:
                 continue
+            left.add(self.product_of[i])
             pool.planned.discard(i)
             job.state, job.pool, job.nodes, job.planned_pool = "cloud", pool, spots, None
             self._unwait(i)
@@ -142,6 +146,11 @@ class CloudPools(OnPremQueue):
                     node.empty_since = None
             self._hold(i, pool)
             self._at(self.now + job.spec.duration, "cloud-end", (i, job.restarts))
+        # On a strict queue one that left may have been its head: those behind it that fit
+        # start now. Out of order they would have started already: leaving frees no GPU.
+        if not self.out_of_order:
+            for product in sorted(left):
+                self._start_onprem(product)
 
     def _cloud_end(self, i: int, attempt: int) -> None:
         job = self.jobs[i]

@@ -443,11 +443,13 @@ class GrowOnePool:
 
 class OnePoolForAll:
     """A policy (the simulator's protocol) that creates one pool of one 8-GPU node at its first
-    decision and plans every queued job onto it, busy or not."""
+    decision and plans every queued job onto it, busy or not (of `only`, those of these
+    indices)."""
 
     name = "one-pool-for-all"
 
-    def __init__(self) -> None:
+    def __init__(self, only: set[int] | None = None) -> None:
+        self.only = only
         self.offer = next(
             o for o in OFFERS if o.gpus == 8 and o.capacity == "on-demand" and o.cloud == "gcp"
         )
@@ -461,7 +463,7 @@ class OnePoolForAll:
             offer = self.offer
             actions.append(CreatePool("p", "gcp", "ml", offer.key, 1, offer.hourly, "", zero))
         for i in world.queued():
-            if world.jobs[i].planned_pool is None:
+            if world.jobs[i].planned_pool is None and (self.only is None or i in self.only):
                 actions.append(Dispatch(str(i), "p", "gcp", "", zero, START))
         return actions
 
@@ -482,6 +484,23 @@ def test_a_job_planned_onto_a_busy_pool_starts_when_a_run_there_ends() -> None:
     a, b = world.jobs[1], world.jobs[2]
     assert len(world.pool_list) == 1 and a.ran_in_cloud and b.ran_in_cloud
     assert (a.started, b.started) == (330, 3930)
+
+
+def test_the_job_behind_a_strict_queues_head_starts_when_the_head_leaves_for_a_cloud() -> None:
+    # On-prem is one node of 8 GPUs, 4 of them taken for 10 h. a (8 GPUs) heads the strict
+    # queue, and b (1 GPU) fits but waits behind it. a is planned onto a pool, up at 330 s, and
+    # leaves the queue when it starts there (burst takes a Kueue job out of its queue when it
+    # replicates it: kube/replicate.py); b starts on-prem at that moment, as Kueue's scheduler
+    # takes the next head once the workload is deleted from its ClusterQueue (kueue
+    # pkg/queue/manager.go, DeleteWorkload). b used to wait for the next arrival or on-prem end:
+    # here the hog's, 10 h later.
+    jobs = [job("hog", 0, 36_000, 4, 10**6), job("a", 10, 3600, 8, 10**6)]
+    jobs.append(job("b", 20, 3600, 1, 10**6))
+    world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY)
+    world.run(OnePoolForAll(only={1}))
+    a, b = world.jobs[1], world.jobs[2]
+    assert a.ran_in_cloud and not b.ran_in_cloud
+    assert (a.started, b.started) == (330, 330)
 
 
 class Watched(simulate.World):
