@@ -5,9 +5,11 @@ reclaimed), the remote autoscaler removing nodes left empty; jobs planned onto a
 has room: when it comes up, and when a run on it ends or is lost, as the remote scheduler retries
 its pending pods once a pod holding a node is gone (kubernetes pkg/scheduler/eventhandlers.go,
 deleteAssignedPodFromCache; at the latest after DefaultPodMaxInUnschedulablePodsDuration, 5
-minutes). A job that starts in a cloud leaves the on-prem queue, and on a strict one those behind
-it that fit start then, as Kueue's scheduler takes the next head once a workload is deleted from
-its ClusterQueue (kueue pkg/queue/manager.go, DeleteWorkload). Each node is billed from request to end under its cloud's billing rule, split into
+minutes). A job planned onto a pool leaves the on-prem queue once the pool is up, as the service
+then copies it there (service/remote.py, dispatch_ready), its copy waiting in the remote cluster
+for room; until then it may still start on-prem. On a strict queue those behind it that fit start
+when it leaves, as Kueue's scheduler takes the next head once a workload is deleted from its
+ClusterQueue (kueue pkg/queue/manager.go, DeleteWorkload). Each node is billed from request to end under its cloud's billing rule, split into
 overhead (before it is ready), idle (GPU time no job used) and use."""
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class CloudPools(OnPremQueue):
         if pool.state == "requested":
             pool.state = "ready"
             self.unavailable.succeeded(pool.offer)
+            self._replicate(sorted(pool.planned))
         rate = self.clouds.spot_interruptions_per_hour
         if pool.offer.capacity == "spot" and rate > 0:
             for k, node in enumerate(pool.nodes):
@@ -111,7 +114,19 @@ class CloudPools(OnPremQueue):
         self.queued_as.pop(i, None)
         pool.idle_since = None
         if pool.state == "ready":
+            self._replicate([i])
             self._start_planned(pool)
+
+    def _replicate(self, planned: list[int]) -> None:
+        """Jobs planned onto a pool that is up are copied there and leave the on-prem queue, their
+        copies waiting in the remote cluster for room; on a strict queue those behind them that
+        fit start now (out of order they would have started already: leaving frees no GPU)."""
+        for i in planned:
+            self._unwait(i)
+            self.jobs[i].state = "remote"
+        if not self.out_of_order:
+            for product in sorted({self.product_of[i] for i in planned}):
+                self._start_onprem(product)
 
     def _unplan(self, i: int) -> None:
         job = self.jobs[i]
@@ -122,18 +137,18 @@ class CloudPools(OnPremQueue):
             self._changed(pool)
             self.queued_as.pop(i, None)
             self._idle_if_empty(pool)
+        if job.state == "remote":  # its copy is gone with its pool: the service requeues it
+            self._requeue(i)
+            self.decide_at(self.now)
 
     def _start_planned(self, pool: Pool) -> None:
-        left: set[str] = set()  # the on-prem products whose queue a job left
         for i in sorted(pool.planned, key=lambda i: (self.jobs[i].spec.submit, i)):
             job = self.jobs[i]
             spots = first_fit(pool.room(self.now), job.spec.gpus_per_pod, job.spec.pods)
             if spots is None:
                 continue
-            left.add(self.product_of[i])
             pool.planned.discard(i)
             job.state, job.pool, job.nodes, job.planned_pool = "cloud", pool, spots, None
-            self._unwait(i)
             self._changed(pool)
             job.run_start = self.now
             job.started = self.now if job.started is None else job.started  # a restart keeps it
@@ -146,11 +161,6 @@ class CloudPools(OnPremQueue):
                     node.empty_since = None
             self._hold(i, pool)
             self._at(self.now + job.spec.duration, "cloud-end", (i, job.restarts))
-        # On a strict queue one that left may have been its head: those behind it that fit
-        # start now. Out of order they would have started already: leaving frees no GPU.
-        if not self.out_of_order:
-            for product in sorted(left):
-                self._start_onprem(product)
 
     def _cloud_end(self, i: int, attempt: int) -> None:
         job = self.jobs[i]

@@ -503,6 +503,24 @@ def test_the_job_behind_a_strict_queues_head_starts_when_the_head_leaves_for_a_c
     assert (a.started, b.started) == (330, 330)
 
 
+def test_a_job_planned_onto_a_pool_that_is_up_leaves_the_on_prem_queue_at_once() -> None:
+    # On-prem is one node of 8 GPUs, 4 of them taken until 1,800 s. x (8 GPUs) runs on a pool of
+    # one 8-GPU node from 330 s to 3,930 s. a (8 GPUs, at 400 s) is planned onto that busy pool at
+    # the 420 s tick, and b (1 GPU, at 410 s) waits behind a in the strict queue. The service
+    # replicates a dispatch to a pool that is up at once (service/remote.py, dispatch_ready: a
+    # ready or resizing pool), suspending the local copy and taking it out of Kueue's queue first
+    # (kube/replicate.py); the copy waits in the remote cluster for room. So b starts on-prem at
+    # 420 s, and a does not start on-prem when the hog's GPUs free at 1,800 s: it starts in the
+    # cloud when x ends. a used to stay queued on-prem, holding b back, until it started there.
+    jobs = [job("hog", 0, 1800, 4, 10**6), job("x", 10, 3600, 8, 10**6)]
+    jobs += [job("a", 400, 3600, 8, 10**6), job("b", 410, 3600, 1, 10**6)]
+    world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY)
+    world.run(OnePoolForAll(only={1, 2}))
+    a, b = world.jobs[2], world.jobs[3]
+    assert a.ran_in_cloud and not b.ran_in_cloud
+    assert (a.started, b.started) == (3930, 420)
+
+
 class Watched(simulate.World):
     """A replay that checks, at every decision, that no job planned onto a pool that is up fits
     the room that pool has: the remote scheduler would have started it."""
