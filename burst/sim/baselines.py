@@ -163,27 +163,7 @@ class Waiting:
                 actions.append(DeletePool(p.name, "max lifetime reached, and nothing runs on it"))
         gone = {a.pool for a in actions}
         self._pools = len(world.pools) - len(gone)
-        draining = gone | {name for name, p in world.pools.items() if p.created <= born}
-        # The GPUs free per node of each pool that has any, by offer, in pool order: a pool with
-        # none can take no job (every pod asks for a GPU or more), so it is not looked at.
-        room: dict[OfferKey, dict[str, list[int]]] = {}
-        for v in world.pools_with_room():
-            if v.name not in draining:
-                room.setdefault(v.offer, {})[v.name] = v.free_per_node()
-        # The nodes of every pool that takes work, by offer, for the growth the pool cap leaves.
-        sizes: dict[OfferKey, dict[str, int]] = {}
-        for name, p in world.pools.items():
-            if name not in draining:
-                sizes.setdefault(p.offer, {})[name] = len(p.alive)
-        # At the cap, a pool past its lifetime takes a job that ends before its work does, as
-        # burst's (decide/reuse.py, best_at_pool_limit).
-        late: Late = {}
-        for v in world.pool_views():
-            if v.name in draining and v.name not in gone:
-                work_ends = [b for b in v.busy_until if b is not None]
-                if work_ends:
-                    until = (max(work_ends) - world.dt(0)).total_seconds()
-                    late.setdefault(v.offer, {})[v.name] = (v.free_per_node(), until)
+        room, sizes, late = _pools_by_offer(world, gone, born)
         late_room = any(
             max(free, default=0) or len(free) < self._max_nodes
             for pools in late.values()
@@ -341,6 +321,34 @@ class Waiting:
         for k in first_fit(same[pool], spec.gpus_per_pod, spec.pods) or []:
             same[pool][k] -= spec.gpus_per_pod
         return pool
+
+
+def _pools_by_offer(
+    world: World, gone: set[str], born: float
+) -> tuple[dict[OfferKey, dict[str, list[int]]], dict[OfferKey, dict[str, int]], Late]:
+    """The pools a waiting baseline may use now, by offer, but those `gone` (deleted by this
+    decision): the GPUs free per node of each that takes work and has any (a pool with none can
+    take no job: every pod asks for a GPU or more); the nodes of each that takes work, for the
+    growth the pool cap leaves; and those past their lifetime (created at `born` or before) with
+    work, its end and their room: at the cap such a pool takes a job that ends before its work
+    does, as burst's (decide/reuse.py, best_at_pool_limit)."""
+    draining = gone | {name for name, p in world.pools.items() if p.created <= born}
+    room: dict[OfferKey, dict[str, list[int]]] = {}
+    for v in world.pools_with_room():
+        if v.name not in draining:
+            room.setdefault(v.offer, {})[v.name] = v.free_per_node()
+    sizes: dict[OfferKey, dict[str, int]] = {}
+    for name, p in world.pools.items():
+        if name not in draining:
+            sizes.setdefault(p.offer, {})[name] = len(p.alive)
+    late: Late = {}
+    for v in world.pool_views():
+        if v.name in draining and v.name not in gone:
+            work_ends = [b for b in v.busy_until if b is not None]
+            if work_ends:
+                until = (max(work_ends) - world.dt(0)).total_seconds()
+                late.setdefault(v.offer, {})[v.name] = (v.free_per_node(), until)
+    return room, sizes, late
 
 
 def _cost(choice: _Choice, spec: SimJob) -> Money:

@@ -71,7 +71,7 @@ class CloudPools(OnPremQueue):
         if pool.state == "requested":
             pool.state = "ready"
             self.unavailable.succeeded(pool.offer)
-            self._replicate(sorted(pool.planned))
+            self._copied(sorted(pool.planned))
         rate = self.clouds.spot_interruptions_per_hour
         if pool.offer.capacity == "spot" and rate > 0:
             for k, node in enumerate(pool.nodes):
@@ -114,19 +114,8 @@ class CloudPools(OnPremQueue):
         self.queued_as.pop(i, None)
         pool.idle_since = None
         if pool.state == "ready":
-            self._replicate([i])
+            self._copied([i])
             self._start_planned(pool)
-
-    def _replicate(self, planned: list[int]) -> None:
-        """Jobs planned onto a pool that is up are copied there and leave the on-prem queue, their
-        copies waiting in the remote cluster for room; on a strict queue those behind them that
-        fit start now (out of order they would have started already: leaving frees no GPU)."""
-        for i in planned:
-            self._unwait(i)
-            self.jobs[i].state = "remote"
-        if not self.out_of_order:
-            for product in sorted({self.product_of[i] for i in planned}):
-                self._start_onprem(product)
 
     def _unplan(self, i: int) -> None:
         job = self.jobs[i]
@@ -287,18 +276,26 @@ class CloudPools(OnPremQueue):
         node.ended = self.now
         pool.alive.remove(node)
         self._changed(pool)
-        rule = BILLING[pool.offer.cloud]
-        cost = pool.hourly_micros * rule.billable(node.ended - node.requested) // 3600
-        booting = min(node.ready_at, node.ended) - node.requested
-        overhead = min(cost, pool.hourly_micros * math.ceil(booting) // 3600)
-        up_gpu_s = node.gpus * max(0.0, node.ended - node.ready_at)
-        idle = pool.hourly_micros * max(0.0, up_gpu_s - node.used_gpu_s) / (3600 * node.gpus)
         if node.empty_since is not None:
             node.empty_s += max(0.0, node.ended - node.empty_since)
-        idle = min(cost - overhead, int(idle))
+        cost, overhead, idle, idle_empty = _bill(pool, node)
         self.cost += cost
         self.overhead += overhead
         self.idle += idle
-        self.idle_empty += min(idle, pool.hourly_micros * int(node.empty_s) // 3600)
+        self.idle_empty += idle_empty
         cloud = pool.offer.cloud
         self.by_provider[cloud] = self.by_provider.get(cloud, 0) + cost
+
+
+def _bill(pool: Pool, node: Node) -> tuple[int, int, int, int]:
+    """What an ended node cost under its cloud's billing rule, in USD micros, and of that its
+    overhead (before it was ready), its idle GPU time and the idle of it spent running nothing."""
+    assert node.ended is not None
+    cost = pool.hourly_micros * BILLING[pool.offer.cloud].billable(node.ended - node.requested)
+    cost //= 3600
+    booting = min(node.ready_at, node.ended) - node.requested
+    overhead = min(cost, pool.hourly_micros * math.ceil(booting) // 3600)
+    up_gpu_s = node.gpus * max(0.0, node.ended - node.ready_at)
+    idle = pool.hourly_micros * max(0.0, up_gpu_s - node.used_gpu_s) / (3600 * node.gpus)
+    idle = min(cost - overhead, int(idle))
+    return cost, overhead, idle, min(idle, pool.hourly_micros * int(node.empty_s) // 3600)

@@ -139,6 +139,17 @@ class OnPremQueue(WorldState):
             for line in lines:
                 del line[bisect_left(line, i)]
 
+    def _copied(self, planned: list[int]) -> None:
+        """Jobs planned onto a pool that is up are copied there and leave the queue, their copies
+        waiting in the remote cluster for room; on a strict queue those behind them that fit
+        start now (out of order they would have started already: leaving frees no GPU)."""
+        for i in planned:
+            self._unwait(i)
+            self.jobs[i].state = "remote"
+        if not self.out_of_order:
+            for product in sorted({self.product_of[i] for i in planned}):
+                self._start_onprem(product)
+
     def _requeue(self, i: int) -> None:
         job = self.jobs[i]
         job.state = "queued"
