@@ -9,8 +9,9 @@ minutes). A job planned onto a pool leaves the on-prem queue once the pool is up
 then copies it there (service/remote.py, dispatch_ready), its copy waiting in the remote cluster
 for room; until then it may still start on-prem. On a strict queue those behind it that fit start
 when it leaves, as Kueue's scheduler takes the next head once a workload is deleted from its
-ClusterQueue (kueue pkg/queue/manager.go, DeleteWorkload). Each node is billed from request to end under its cloud's billing rule, split into
-overhead (before it is ready), idle (GPU time no job used) and use."""
+ClusterQueue (kueue pkg/queue/manager.go, DeleteWorkload). Each node is billed from request to
+end under its cloud's billing rule, split into overhead (before it is ready), idle (GPU time no
+job used) and use."""
 
 from __future__ import annotations
 

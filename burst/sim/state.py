@@ -70,9 +70,8 @@ CLOUD_MODELS = {"realistic": DEFAULT_CLOUDS, "ideal": IDEAL_CLOUDS}
 @dataclass
 class Job:
     spec: SimJob
-    state: str = (
-        "queued"  # queued, remote (its copy waits on a pool that is up), onprem, cloud, done
-    )
+    # queued, remote (its copy waits on a pool that is up), onprem, cloud, done
+    state: str = "queued"
     started: float | None = None
     finished: float | None = None
     planned_pool: Pool | None = None
