@@ -3,8 +3,8 @@ ServiceConfig's `onPrem.queueing` says the real one starts waiting jobs (decide/
 estimates the same): StrictFIFO, nothing past the head; or BestEffortFIFO, first fit in queue
 order (also for a policy that schedules on-prem so: starburst). A job that arrives queues (or is
 marked as one only a cloud can run), starts when it reaches the head and its pods fit, and leaves
-the queue when a policy's dispatch of it is copied to a pool that is up (clouds.py). The jobs still waiting are kept in queue order as
-they come and go, for the decisions to read (views.py)."""
+the queue when a policy's dispatch of it is copied to a pool that is up (clouds.py). The jobs
+still waiting are kept in queue order as they come and go, for the decisions to read (views.py)."""
 
 from __future__ import annotations
 
