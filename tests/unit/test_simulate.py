@@ -523,15 +523,21 @@ def test_a_job_planned_onto_a_pool_that_is_up_leaves_the_on_prem_queue_at_once()
 
 class Watched(simulate.World):
     """A replay that checks, at every decision, that no job planned onto a pool that is up fits
-    the room that pool has: the remote scheduler would have started it."""
+    the room that pool has (the remote scheduler would have started it) or is still in the
+    on-prem queue (the service has copied it there), and that one planned onto a pool still
+    launching is (the service copies it only once the pool is up)."""
 
     checked = 0
 
     def _decide(self, policy: simulate.Policy) -> None:
+        queued = set(self.queued())
         for pool in self.pool_list:
-            if pool.state != "ready":
-                continue
             for i in pool.planned:
+                if pool.state == "requested":
+                    assert self.jobs[i].state == "queued" and i in queued, i
+                    continue
+                assert pool.state == "ready", (i, pool.state)
+                assert self.jobs[i].state == "remote" and i not in queued, i
                 spec = self.jobs[i].spec
                 assert first_fit(pool.room(self.now), spec.gpus_per_pod, spec.pods) is None, i
                 self.checked += 1
