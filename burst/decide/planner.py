@@ -133,13 +133,19 @@ class _Planner:
         return why, why_not, None
 
     def _stale(
-        self, pending: list[Workload], placed: set[str], runtimes: dict[str, timedelta]
+        self,
+        pending: list[Workload],
+        placed: set[str],
+        priced: set[str],
+        runtimes: dict[str, timedelta],
     ) -> Sweep | None:
         """None where a workload placed in an earlier round has lost its reason now that those
-        refused since stay; else the sweep that found so. Under BestEffortFIFO one that stays can
-        let one behind it start sooner: it holds up a wide one between them, and the small one
-        behind runs past both. Each placed workload is estimated as if it alone of them stayed:
-        they all leave."""
+        refused since stay, or where only its price on waiting sends it now though it was placed
+        for a trigger (`priced`: those placed for their price), as what that is worth caps its
+        cost; else the sweep that found so. Under BestEffortFIFO one that stays can let one
+        behind it start sooner: it holds up a wide one between them, and the small one behind
+        runs past both. Each placed workload is estimated as if it alone of them stayed: they
+        all leave."""
         sweep = queue_sweep(
             self.snapshot.onprem, self.now, self.queueing, pending, runtimes, frozenset(placed)
         )
@@ -159,7 +165,8 @@ class _Planner:
             if latest is not None and not sweep.starts_by(w, runtime, latest):
                 continue  # its deadline still sends it: the queue is run no further for it
             est = sweep.left(w, runtime)
-            if self._why(w, policy, est, sweep, runtime)[0] is None:
+            why, _, worth = self._why(w, policy, est, sweep, runtime)
+            if why is None or (worth is not None and w.uid not in priced):
                 return None
         return sweep
 
@@ -230,14 +237,16 @@ class _Planner:
         # trigger sends them in a later round, once those refused ahead of them stay.
         unworthy: set[str] = set()
         placed: set[str] = set()
+        priced: set[str] = set()  # those of them placed for the time they save, priced
         for _ in range(MAX_ROUNDS):
             # Before the room is looked at: a placement that lost its reason gives its room back.
             kept = None
             if placed and self.queueing == "BestEffortFIFO":
-                kept = self._stale(pending, placed, runtimes)
+                kept = self._stale(pending, placed, priced, runtimes)
                 if kept is None:
                     self._open()
                     placed.clear()
+                    priced.clear()
             if self._none_fits(claiming):
                 left = True
                 break
@@ -323,6 +332,8 @@ class _Planner:
                     refusal = self.placement.place(want)
                 if refusal is None:
                     placed.add(w.uid)
+                    if worth is not None:
+                        priced.add(w.uid)
                     self.skips.pop(w.uid, None)
                 else:
                     refused = True

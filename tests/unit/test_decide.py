@@ -566,6 +566,53 @@ def test_a_plan_says_from_when_room_freed_alone_may_let_the_next_do_more() -> No
     assert not plan.actions and plan.more_from == NOW
 
 
+def test_a_placement_whose_trigger_is_gone_once_the_refused_stay_is_priced_again() -> None:
+    # BestEffortFIFO, 16 A100s, 12 held until 11:00 tomorrow. Queue: "hog" (4 x 1 GPU, 19 h, due
+    # 09:03, of a policy whose price cap no offer meets), "wide" (2 x 8, 2 h, not burstable), w1
+    # (3 x 2, 5 min, due 11:40 tomorrow less 30 min), "filler" (2 x 2, 7.5 h, not burstable).
+    # In the first round the hog wants to burst and leaves the run: the filler takes the 4 free
+    # GPUs until 16:30, wide all 16 at 11:00 tomorrow, and w1 would finish at 13:05: at risk, so
+    # it is placed. The hog is refused and stays: it holds the 4 GPUs until 04:00, the filler
+    # then until 11:30, so at 11:00 wide does not fit and w1 does: it would finish on-prem at
+    # 11:05, in time. Only the price on waiting still sends it, and what that is worth caps its
+    # cost: it is placed again for that reason, not for a deadline it no longer misses.
+    day = 26 * H
+    onprem = OnPrem({"A100": 16}, (RunningWorkload("r", "A100", 12, NOW + day),))
+    ml = policy_spec(trigger={"deadlineSafetyMargin": "30m", "waitPrice": "0.50"})
+    capped = policy_spec(selector={"namespaces": ["other"]}, limits={"maxHourlyPrice": "0.01"})
+    cfg = make_config(("ml", ml), ("other", capped), queueing="BestEffortFIFO")
+    a100 = {"accelerator": "A100", "created": NOW - timedelta(minutes=1)}
+    hog = workload(
+        "hog",
+        namespace="other",
+        pods=4,
+        priority=1,
+        deadline=NOW + timedelta(minutes=3),
+        expected_runtime=19 * H,
+        **a100,
+    )
+    wide = workload("wide", gpus_per_pod=8, pods=2, priority=1, burstable=False, **a100)
+    w1 = workload(
+        gpus_per_pod=2,
+        pods=3,
+        deadline=NOW + day + timedelta(minutes=40),
+        expected_runtime=timedelta(minutes=5),
+        **a100,
+    )
+    filler = workload(
+        "filler",
+        gpus_per_pod=2,
+        pods=2,
+        burstable=False,
+        expected_runtime=7.5 * H,
+        accelerator="A100",
+    )
+    snap = Snapshot(workloads=(hog, wide, w1, filler), onprem=onprem)
+    plan = decide.plan(snap, CATALOG, cfg, NOW)
+    assert "hog" not in dispatches(plan)
+    assert "sooner, worth" in dispatches(plan)["w1"].reason
+
+
 def test_a_late_dispatch_that_still_meets_its_deadline_there_stays() -> None:
     # The late aws pool would end a 2 h run at 11:10, inside the 30 min margin of an 11:15
     # deadline but before it: as a new pool is asked to, so it is not moved (a new gcp pool,

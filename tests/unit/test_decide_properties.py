@@ -422,8 +422,8 @@ def a_round_walking_the_stale_check_run_plans_as_on_a_new_run(
     the queue less the placed instead, it must plan the same."""
     stale = _Planner._stale
 
-    def anew(self: Any, pending: Any, placed: set[str], runtimes: Any) -> Any:
-        found = stale(self, pending, placed, runtimes)
+    def anew(self: Any, pending: Any, placed: set[str], priced: set[str], runtimes: Any) -> Any:
+        found = stale(self, pending, placed, priced, runtimes)
         if found is None:
             return None
         queue = [w for w in pending if w.uid not in placed]
