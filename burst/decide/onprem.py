@@ -105,6 +105,10 @@ class Sweep(ABC):
         """The estimated workload goes elsewhere: it leaves the queue, those behind move up."""
 
 
+# A workload planned onto a pool still launching, its run, and when its pool is expected up.
+Held = tuple[Workload, timedelta, datetime]
+
+
 def queue_sweep(
     onprem: OnPrem,
     now: datetime,
@@ -112,12 +116,14 @@ def queue_sweep(
     queue: Iterable[Workload],
     runtime: Mapping[str, timedelta],
     absent: frozenset[str] = frozenset(),
+    held: Iterable[Held] = (),
 ) -> Sweep:
     """A sweep of `queue` (the workloads that may stay, in queue order) as the cluster queues;
-    `absent`, those of them that will leave whatever their estimate (see Sweep.leaves)."""
+    `absent`, those of them that will leave whatever their estimate (see Sweep.leaves); `held`,
+    those planned onto a pool still launching, which a strict queue waits behind (QueueSweep)."""
     if queueing == "BestEffortFIFO":
         return FirstFitSweep(onprem, now, queue, runtime, absent)
-    return QueueSweep(onprem, now)
+    return QueueSweep(onprem, now, held)
 
 
 # (product, pods' GPUs, pods, releases taken or None, start, and for one pod where it starts, its
@@ -126,11 +132,17 @@ _Taken = tuple[str, int, int, list[tuple[datetime, int, int]] | None, datetime, 
 
 
 class QueueSweep(Sweep):
-    """Strict FIFO per product: nothing starts before the workload ahead of it."""
+    """Strict FIFO per product: nothing starts before the workload ahead of it. One planned onto a
+    pool still launching (`held`) is still in the queue: the service copies it to its pool, and
+    takes it out of the queue, once the pool is up (service/remote.py, dispatch_ready). Until
+    then nothing behind it starts, unless it starts on-prem first (its dispatch is then
+    cancelled)."""
 
-    def __init__(self, onprem: OnPrem, now: datetime) -> None:
+    def __init__(self, onprem: OnPrem, now: datetime, held: Iterable[Held] = ()) -> None:
         super().__init__(onprem)
         self._products = products(onprem, now)
+        # By place in the queue, last first: each is passed as the walk reaches what is behind it.
+        self._held = sorted(held, key=lambda h: queue_order(h[0]), reverse=True)
         self._pending: _Taken | None = None
         # The start of each estimate that left since the last that stayed, by its product and pod
         # shape: leave() puts the nodes back as they were, so the next of that shape starts then
@@ -139,9 +151,27 @@ class QueueSweep(Sweep):
         self._left: dict[tuple[str | None, int, int], datetime] = {}
         self._starts: dict[str, datetime] = {}  # of those that left at such a known start
 
+    def _pass_held(self, w: Workload) -> None:
+        """Those held ahead of `w` in the queue, in turn: each starts on-prem if it would before
+        its pool is up, else its product starts nothing before then, when it leaves."""
+        key = queue_order(w)
+        while self._held and queue_order(self._held[-1][0]) < key:
+            h, runtime, up = self._held.pop()
+            est = self.estimate(h, runtime)
+            if est.start is not None and est.start <= up:
+                self.stay(h, est)
+                continue
+            self.leave()
+            p = self._products.get(self.product_of(h) or "")
+            if p is not None and p.clock < up:
+                p.clock = up
+                self._left.clear()  # every start moves
+
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:
         """Takes releases, in time order, until the pods fit (undone by leave()); for one pod,
         without giving them to the nodes until it stays (Product.first_start)."""
+        if self._held:
+            self._pass_held(w)
         name = self.product_of(w)
         per, pods = w.gpus_per_pod, w.pods
         left = self._left.get((name, per, pods))
@@ -179,6 +209,8 @@ class QueueSweep(Sweep):
         """As Sweep.stays; a one-pod workload in one step, no estimate made. Three in four of
         those a Philly replay with config/ walks stay so (refused unpriced, or settled), on
         every plan, and most are one pod."""
+        if self._held:
+            self._pass_held(w)
         name, per = self.product_of(w), w.gpus_per_pod
         p = self._products.get(name) if name else None
         if p is None or w.pods != 1 or per <= 0 or not p.could_fit(per, 1):
@@ -194,6 +226,8 @@ class QueueSweep(Sweep):
         """As Sweep.leaves, without taking the releases where one of its product and pod shape
         left since the last that stayed: its start is known (most of a replay's backlog leaves
         so, pass after pass, for the one or two placed)."""
+        if self._held:
+            self._pass_held(w)
         left = self._left.get((self.product_of(w), w.gpus_per_pod, w.pods))
         if left is None:
             super().leaves(w, runtime)

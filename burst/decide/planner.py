@@ -4,8 +4,8 @@
 the same Plan. The reconcile loop (service/loop.py) feeds it a Snapshot built by kube/watch.py and the
 ledger, and carries the Plan out through cloud/provision.py and kube/replicate.py; `burst plan` and
 the simulator call it the same way. This module runs the rounds; each step has its own module:
-existing.py (the pools there are), replan.py (0), triggers.py (1), placement.py with
-candidates.py, pools.py, reuse.py and unpriced.py (2), caps.py (3).
+existing.py (the pools there are), replan.py (0), walk.py and triggers.py (1), placement.py
+with candidates.py, pools.py, reuse.py and unpriced.py (2), caps.py (3).
 
 How it decides, in order:
 0. A workload planned onto a pool that launches late, whose run there would now finish after its
@@ -16,7 +16,9 @@ How it decides, in order:
    a policy claims *wants* to burst when its estimated on-prem finish misses its deadline minus the
    policy's safety margin, when it has waited longer than the policy's maximum, when its namespace's
    GPU quota blocks it and the policy allows that trigger, or when no on-prem GPU group can ever
-   run it. A workload that wants to burst leaves the queue, so those behind it move up.
+   run it. A workload that wants to burst leaves the queue, so those behind it move up. Under
+   StrictFIFO one planned onto a pool still launching holds its place until the pool is expected
+   up (the service copies it, and takes it out of the queue, only then).
 2. Wanting workloads are placed most urgent first (least slack): into an existing or just-planned
    pool with free room if one fits the policy and the deadline, else onto the offer with the lowest
    total estimated cost (node-hours for provisioning + runtime + the idle tail before teardown),
@@ -40,7 +42,7 @@ Every pending burstable workload ends with an action or a Skip that says why, in
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from burst.amounts import Money
@@ -53,7 +55,7 @@ from burst.decide.existing import deletions, placement_for, unneeded
 from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import pool_actions
-from burst.decide.replan import AtRisk, at_risk, launch_due, replan
+from burst.decide.replan import AtRisk, at_risk, holding, launch_due, replan
 from burst.decide.triggers import (
     Want,
     latest_start,
@@ -62,6 +64,7 @@ from burst.decide.triggers import (
     trigger,
     urgency,
 )
+from burst.decide.walk import may_leave, remembered_refusal, walk_length, walked
 from burst.decide.wording import Words
 from burst.model import (
     Action,
@@ -106,6 +109,7 @@ class _Planner:
         # A target whose cluster does not answer takes no work: its copies could not be made.
         silent = set(snapshot.silent_targets)
         self.targets = {t.name: t for t in config.service.spec.targets if t.name not in silent}
+        self._why = Reasons(self.targets, now, explain)
         self.queueing = config.service.spec.on_prem.queueing
         self.config = config
         self.policies = [config.policies[name] for name in sorted(config.policies)]
@@ -117,20 +121,6 @@ class _Planner:
         self.skips: dict[str, Skip] = {}
         self.policy_of: dict[str, BurstPolicy] = {}
         self.policy_for = Claims(self.policies)
-
-    def _why(
-        self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
-    ) -> tuple[str | Words | None, str, Money | None]:
-        """(why it should burst, or None; why not, worded only when explaining; what the time it
-        would save is worth, when that is the reason)."""
-        why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
-        if why is None and policy.spec.trigger.wait_price is not None:
-            # No trigger sends it: the time it would save may.
-            launch = fastest_launch(policy, self.targets)
-            saved = time_saved(w, policy, est, runtime, launch, self.now)
-            if saved is not None:
-                return saved[0], why_not, saved[1]
-        return why, why_not, None
 
     def _stale(
         self,
@@ -232,6 +222,9 @@ class _Planner:
         pending.sort(key=queue_order)
         # Known only for a queue walked: two plans in three of a replay with config/ place nothing.
         runtimes = {w.uid: expected_runtime(w, self.policy_of.get(w.uid)) for w in pending}
+        strict = self.queueing == "StrictFIFO"
+        runs = (self.policy_for, expected_runtime)
+        held = holding(planned, self.snapshot, self.targets, *runs, self.now) if strict else []
         stays: set[str] = set()  # refused: they wait on-prem
         # Refused where only the time they would save sent them: they wait on-prem unless another
         # trigger sends them in a later round, once those refused ahead of them stay.
@@ -270,7 +263,7 @@ class _Planner:
             # out of it, unless some leave unestimated (they would be out of it too).
             if kept is None or sends:
                 cluster, queueing = self.snapshot.onprem, self.queueing
-                kept = queue_sweep(cluster, self.now, queueing, queue, runtimes, sends)
+                kept = queue_sweep(cluster, self.now, queueing, queue, runtimes, sends, held)
             sweep = kept
             # Wanting workloads, each with its place in the order they are placed in. Their Want is
             # made when they are placed: most of a long queue is refused for room unpriced.
@@ -365,6 +358,28 @@ class _Planner:
         )
 
 
+class Reasons:
+    """Why a workload should burst, from its estimate: a trigger, else, with a price on waiting,
+    the time a cloud would save it."""
+
+    def __init__(self, targets: Mapping[str, TargetSpec], now: datetime, explain: bool) -> None:
+        self.targets, self.now, self.explain = targets, now, explain
+
+    def __call__(
+        self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
+    ) -> tuple[str | Words | None, str, Money | None]:
+        """(why it should burst, or None; why not, worded only when explaining; what the time it
+        would save is worth, when that is the reason)."""
+        why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
+        if why is None and policy.spec.trigger.wait_price is not None:
+            # No trigger sends it: the time it would save may.
+            launch = fastest_launch(policy, self.targets)
+            saved = time_saved(w, policy, est, runtime, launch, self.now)
+            if saved is not None:
+                return saved[0], why_not, saved[1]
+        return why, why_not, None
+
+
 def expected_runtime(w: Workload, policy: BurstPolicy | None) -> timedelta:
     """The run a plan counts for `w`: its own (declared, or learned from runs like it), else its
     policy's default (the service records a dispatch's so), else DEFAULT_RUNTIME."""
@@ -408,95 +423,6 @@ def claimant(
         if selector_matches(p.spec.selector, namespace, labels):
             return p
     return None
-
-
-Refusal = Callable[[Placement, Workload, BurstPolicy, timedelta], "str | Words | None"]
-
-
-def remembered_refusal() -> Refusal:
-    """unpriced.refusal, remembered per workload: for a round's walk, while no room is taken."""
-    known: dict[str, str | Words | None] = {}
-
-    def refusal(
-        placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
-    ) -> str | Words | None:
-        if w.uid not in known:
-            known[w.uid] = unpriced.refusal(placement, w, policy, runtime)
-        return known[w.uid]
-
-    return refusal
-
-
-def may_leave(
-    policy_of: Mapping[str, BurstPolicy],
-    runtimes: Mapping[str, timedelta],
-    placement: Placement,
-    refusal: Refusal,
-    settled: set[str],
-    explain: bool,
-) -> Callable[[Workload], BurstPolicy | None]:
-    """Whether the placement may take a workload this round, whatever sends it: its policy, or
-    None (unclaimed, `settled` already, or refused unpriced (`refusal`): no room, or a spent
-    hard budget; when `explain`, every claimed workload not settled, as its reason is worded)."""
-
-    def may(w: Workload) -> BurstPolicy | None:
-        policy = policy_of.get(w.uid)
-        if policy is None or w.uid in settled:
-            return None
-        return policy if explain or refusal(placement, w, policy, runtimes[w.uid]) is None else None
-
-    return may
-
-
-Looked = list[tuple[Workload, BurstPolicy | None, "str | Words | None", bool]]
-# What a round has settled and who may take the rest: the placed, the refused, each workload's
-# policy, the placement and its refusals
-Seen = tuple[set[str], set[str], Mapping[str, BurstPolicy], Placement, Refusal]
-
-
-def walked(
-    walk: list[Workload],
-    seen: Seen,
-    runtimes: Mapping[str, timedelta],
-    now: datetime,
-    queueing: str,
-) -> tuple[Looked, frozenset[str]]:
-    """Each workload a round walks, but those placed (out of the queue the sweep runs): its
-    policy (None: it stays whatever, unclaimed or refused before), why the placement would refuse
-    it whatever sends it, and whether its wait or quota sends it whatever its estimate (and the
-    placement may take it); and those so sent, which leave a best-effort run unestimated (it runs
-    the queue at once; a strict one asks in the walk). Asked once a round, before the sweep."""
-    placed, stays, policy_of, placement, refusal = seen
-    looked: Looked = []
-    for w in walk:
-        uid = w.uid
-        if uid in placed:
-            continue
-        policy = policy_of.get(uid)
-        if policy is None or uid in stays:
-            looked.append((w, None, None, False))
-            continue
-        full = refusal(placement, w, policy, runtimes[uid])
-        looked.append((w, policy, full, full is None and sends_anyway(w, policy.spec.trigger, now)))
-    if queueing != "BestEffortFIFO":
-        return looked, frozenset()
-    return looked, frozenset(row[0].uid for row in looked if row[3])
-
-
-def walk_length(
-    pending: list[Workload], may: Callable[[Workload], BurstPolicy | None], queueing: str
-) -> int:
-    """How much of the queue a round walks: under strict FIFO, up to the last workload that may
-    leave (those behind change no estimate ahead of them); under best-effort FIFO, all of it (one
-    behind may take the GPUs one ahead waits for), unless none may leave (`may`). A replay's queue
-    under spent budgets or full caps holds thousands that none may: it walks none."""
-    last = next(
-        (i for i in range(len(pending) - 1, -1, -1) if may(pending[i]) is not None),
-        None,  # from the back: the last is found first
-    )
-    if last is None:
-        return 0
-    return len(pending) if queueing == "BestEffortFIFO" else last + 1
 
 
 def plan(

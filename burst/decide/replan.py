@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from burst.config import BurstPolicy, TargetSpec
 from burst.decide.existing import LAUNCHING, expected_ready
-from burst.decide.onprem import Estimate
+from burst.decide.onprem import Estimate, Held
 from burst.decide.placement import Placement
 from burst.decide.triggers import Want, safety_margin, urgency
 from burst.decide.wording import Words, at
@@ -70,6 +70,27 @@ def at_risk(
             found.append(AtRisk(w, policy, run, pv.name, ready))
     found.sort(key=lambda r: urgency(r.w, r.runtime, now))
     return found
+
+
+def holding(
+    planned: Sequence[Workload],
+    snapshot: Snapshot,
+    targets: Mapping[str, TargetSpec],
+    policy_for: Callable[[Workload], BurstPolicy | None],
+    runtime: Callable[[Workload, BurstPolicy | None], timedelta],
+    now: datetime,
+) -> list[Held]:
+    """The planned workloads whose pool still launches, each with its run and when the pool is
+    expected up: until then it is still in the on-prem queue, which the service takes it out of
+    when it copies it there (a strict queue waits behind it: onprem.QueueSweep)."""
+    by_name = {p.name: p for p in snapshot.pools}
+    out = []
+    for w in planned:
+        pv = by_name.get(w.planned_pool or "")
+        target = targets.get(pv.target) if pv is not None else None
+        if pv is not None and target is not None and pv.state in LAUNCHING:
+            out.append((w, runtime(w, policy_for(w)), expected_ready(pv, target, now)))
+    return out
 
 
 def launch_due(

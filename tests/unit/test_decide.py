@@ -566,6 +566,30 @@ def test_a_plan_says_from_when_room_freed_alone_may_let_the_next_do_more() -> No
     assert not plan.actions and plan.more_from == NOW
 
 
+def test_a_workload_planned_onto_a_launching_pool_holds_a_strict_queue_until_it_is_up() -> None:
+    # StrictFIFO on one node of 8 V100s, 6 held until 12:00. w1 (4 GPUs, first in line) is
+    # planned onto an aws-euc1 pool asked for now, up at 09:10: until then it stays queued
+    # on-prem (the service copies it once the pool is up and takes it out of the queue then), and
+    # a strict queue starts nothing behind it (sim/clouds.py, as Kueue's StrictFIFO). w2 (2 GPUs,
+    # 2 h, due 11:35 less the 30 min margin) fits now but starts at 09:10, finishing at 11:10:
+    # at risk. Were w1's pool up, w2 would start now and finish at 11:00: in time.
+    onprem = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 6, NOW + 3 * H),))
+    launching = _pool(state="creating", created=NOW)
+    w1 = workload(gpus_per_pod=4, created=NOW - H, phase="planned", planned_pool=launching.name)
+    w2 = workload("w2", gpus_per_pod=2, deadline=NOW + 2 * H + timedelta(minutes=35))
+    snap = Snapshot(workloads=(w1, w2), onprem=onprem, pools=(launching,))
+    assert "w2" in dispatches(decide.plan(snap, CATALOG, make_config(), NOW))
+    up = replace(launching, state="ready")
+    plan = decide.plan(replace(snap, pools=(up,)), CATALOG, make_config(), NOW)
+    assert "w2" not in dispatches(plan)
+    assert skip_reason(plan, "w2").startswith("deadline met on-prem")
+    # One that would start on-prem before its pool is up starts there (its dispatch is then
+    # cancelled) and holds nothing past that: with 4 GPUs free now, w1 and w2 both start now.
+    free = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 2, NOW + 3 * H),))
+    plan = decide.plan(replace(snap, onprem=free), CATALOG, make_config(), NOW)
+    assert "w2" not in dispatches(plan)
+
+
 def test_a_placement_whose_trigger_is_gone_once_the_refused_stay_is_priced_again() -> None:
     # BestEffortFIFO, 16 A100s, 12 held until 11:00 tomorrow. Queue: "hog" (4 x 1 GPU, 19 h, due
     # 09:03, of a policy whose price cap no offer meets), "wide" (2 x 8, 2 h, not burstable), w1
