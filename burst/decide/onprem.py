@@ -284,11 +284,12 @@ def estimate_all(
     now: datetime,
     leaving: frozenset[str] = frozenset(),
     queueing: Queueing = "StrictFIFO",
+    held: Iterable[Held] = (),
 ) -> dict[str, Estimate]:
     """Estimates for every pending workload in queue order, each `leaving` one taken out of the
-    queue once it is estimated (as the plan sends it away)."""
+    queue once it is estimated (as the plan sends it away); `held`, as queue_sweep's."""
     queue = sorted(pending, key=queue_order)
-    walk = queue_sweep(onprem, now, queueing, queue, runtime)
+    walk = queue_sweep(onprem, now, queueing, queue, runtime, held=held)
     out = {}
     for w in queue:
         est = walk.estimate(w, runtime[w.uid])

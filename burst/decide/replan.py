@@ -13,6 +13,9 @@ nothing twice (the service moves a row still `planned` only, service/intents.py)
 
 On realistic clouds a replay's missed deadlines with exact runtimes were such workloads: 0.9 h
 of slack, a pool of spot nodes 44 minutes in coming (its estimate 12), and a reclaim after.
+
+Every workload planned onto a pool still launching, late or not, is also still in the on-prem
+queue until the pool is up (`holding`): a strict queue waits behind it (onprem.QueueSweep).
 """
 
 from __future__ import annotations

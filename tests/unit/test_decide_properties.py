@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from unittest.mock import patch
@@ -330,6 +330,26 @@ def only_pending_burstable_workloads_are_touched_and_each_exactly_once(
         assert s.reason
 
 
+def _held(snap: Snapshot, cfg: Config) -> list[tuple[Workload, timedelta, datetime]]:
+    """The workloads planned onto a pool still launching, each held in the on-prem queue until
+    its pool is expected up: its target's launch estimate after it was asked for, or as long
+    again from now once past that (a strict queue waits behind them)."""
+    assert cfg.service is not None
+    targets = {t.name: t for t in cfg.service.spec.targets if t.name not in snap.silent_targets}
+    pools = {p.name: p for p in snap.pools}
+    out = []
+    for w in snap.workloads:
+        pv = pools.get(w.planned_pool or "")
+        if w.phase != "planned" or not w.burstable or pv is None or pv.target not in targets:
+            continue
+        if pv.state in ("requested", "creating"):
+            launch = targets[pv.target].provisioning
+            up = pv.created + launch if pv.created + launch > NOW else NOW + launch
+            runtime = decide.expected_runtime(w, cfg.policies.get(_policy_of(w, cfg) or ""))
+            out.append((w, runtime, up))
+    return out
+
+
 def workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger(
     snap: Snapshot, cfg: Config, plan: Plan
 ) -> None:
@@ -339,7 +359,8 @@ def workloads_that_fit_on_prem_in_time_are_not_burst_without_another_trigger(
     # Ahead of a workload, exactly the dispatched ones leave the queue.
     assert cfg.service is not None
     queueing = cfg.service.spec.on_prem.queueing
-    estimates = estimate_all(snap.onprem, pending, runtimes, NOW, frozenset(dispatched), queueing)
+    leaving, held = frozenset(dispatched), _held(snap, cfg)
+    estimates = estimate_all(snap.onprem, pending, runtimes, NOW, leaving, queueing, held)
     reasons = {a.workload: a.reason for a in plan.actions if isinstance(a, Dispatch)}
     for w in pending:
         if w.uid not in dispatched or "sooner, worth" in reasons[w.uid]:
