@@ -29,6 +29,7 @@ from burst.config.fields import (
     Percent,
     Provider,
 )
+from burst.durations import format_duration
 from burst.model import Cloud
 
 API_VERSION = "burst.dev/v1"
@@ -178,6 +179,15 @@ class TargetSpec(Strict):
     # run with its expected restarts (each from scratch), so long runs on many nodes stay off spot.
     spot_interruptions_per_hour: float | None = Field(default=None, ge=0)
 
+    @field_validator("provisioning_estimate")
+    @classmethod
+    def _launch_takes_time(cls, value: timedelta | None) -> timedelta | None:
+        # A launch times out at a multiple of it (app.py, launch_timeouts): at 0s every launch
+        # would time out at once.
+        if value is not None and value <= timedelta(0):
+            raise ValueError(f"a launch takes longer than {format_duration(value)}")
+        return value
+
     @model_validator(mode="after")
     def _one_cluster_block(self) -> Self:
         blocks = {"aws": self.aws, "gcp": self.gcp, "azure": self.azure, "sim": self.sim}
@@ -194,7 +204,9 @@ class TargetSpec(Strict):
 
     @property
     def provisioning(self) -> timedelta:
-        return self.provisioning_estimate or DEFAULT_PROVISIONING[self.cloud]
+        if self.provisioning_estimate is None:
+            return DEFAULT_PROVISIONING[self.cloud]
+        return self.provisioning_estimate
 
     @property
     def cloud(self) -> Cloud:
