@@ -11,13 +11,7 @@ from decimal import Decimal
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from burst.config.fields import (
@@ -27,9 +21,9 @@ from burst.config.fields import (
     Duration,
     Name,
     Percent,
+    PositiveDuration,
     Provider,
 )
-from burst.durations import format_duration
 from burst.model import Cloud
 
 API_VERSION = "burst.dev/v1"
@@ -174,19 +168,11 @@ class TargetSpec(Strict):
     kubernetes: KubernetesAccess = KubernetesAccess()
     remote_namespace: str = "{namespace}"
     # How long a new GPU pool takes to be ready here; the decision adds it to every estimate.
-    provisioning_estimate: Duration | None = None
+    # More than 0s: a launch times out at a multiple of it (app.py, launch_timeouts).
+    provisioning_estimate: PositiveDuration | None = None
     # Expected interruptions per spot node-hour here, if known: the decision then prices a spot
     # run with its expected restarts (each from scratch), so long runs on many nodes stay off spot.
     spot_interruptions_per_hour: float | None = Field(default=None, ge=0)
-
-    @field_validator("provisioning_estimate")
-    @classmethod
-    def _launch_takes_time(cls, value: timedelta | None) -> timedelta | None:
-        # A launch times out at a multiple of it (app.py, launch_timeouts): at 0s every launch
-        # would time out at once.
-        if value is not None and value <= timedelta(0):
-            raise ValueError(f"a launch takes longer than {format_duration(value)}")
-        return value
 
     @model_validator(mode="after")
     def _one_cluster_block(self) -> Self:
@@ -204,9 +190,7 @@ class TargetSpec(Strict):
 
     @property
     def provisioning(self) -> timedelta:
-        if self.provisioning_estimate is None:
-            return DEFAULT_PROVISIONING[self.cloud]
-        return self.provisioning_estimate
+        return self.provisioning_estimate or DEFAULT_PROVISIONING[self.cloud]
 
     @property
     def cloud(self) -> Cloud:

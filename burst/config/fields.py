@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, PlainValidator
 
 from burst.amounts import check_currency, to_micros
-from burst.durations import parse_duration
+from burst.durations import format_duration, parse_duration
 
 
 def _duration(value: object) -> timedelta:
@@ -20,6 +20,12 @@ def _duration(value: object) -> timedelta:
     if not isinstance(value, str):
         raise ValueError("a duration is text such as 90s, 10m, 1h30m, 2d")
     return parse_duration(value)
+
+
+def _positive(value: timedelta) -> timedelta:
+    if value <= timedelta(0):
+        raise ValueError(f"must be longer than {format_duration(value)}")
+    return value
 
 
 def _amount(value: object) -> Decimal:
@@ -43,6 +49,7 @@ def _name(value: str) -> str:
 
 
 Duration = Annotated[timedelta, PlainValidator(_duration)]
+PositiveDuration = Annotated[timedelta, PlainValidator(_duration), AfterValidator(_positive)]
 Amount = Annotated[Decimal, PlainValidator(_amount)]
 Currency = Annotated[str, AfterValidator(check_currency)]
 Name = Annotated[str, AfterValidator(_name)]
