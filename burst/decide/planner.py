@@ -222,9 +222,9 @@ class _Planner:
         pending.sort(key=queue_order)
         # Known only for a queue walked: two plans in three of a replay with config/ place nothing.
         runtimes = {w.uid: expected_runtime(w, self.policy_of.get(w.uid)) for w in pending}
-        strict = self.queueing == "StrictFIFO"
-        runs = (self.policy_for, expected_runtime)
-        held = holding(planned, self.snapshot, self.targets, *runs, self.now) if strict else []
+        held = holding(  # only a strict sweep waits behind them
+            planned, self.snapshot, self.targets, self.policy_for, expected_runtime, self.now
+        )
         stays: set[str] = set()  # refused: they wait on-prem
         # Refused where only the time they would save sent them: they wait on-prem unless another
         # trigger sends them in a later round, once those refused ahead of them stay.
