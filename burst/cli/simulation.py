@@ -66,7 +66,8 @@ def simulate_cmd(
         Literal["realistic", "ideal"],
         typer.Option(
             help="realistic: launch latencies, refusals, failures and spot reclaims; ideal: "
-            "instant clouds that never refuse or fail (as Starburst's simulator's)."
+            "instant clouds that never refuse, fail or reclaim (as Starburst's simulator's), "
+            "which burst's targets are told (a launch of 0s, no reclaims)."
         ),
     ] = "realistic",
     runtimes: Annotated[
@@ -191,6 +192,7 @@ def simulate_cmd(
             )
         if queueing is not None:
             cfg = variants.with_queueing(cfg, queueing)
+        cfg = variants.stated(cfg, CLOUD_MODELS[clouds])
         name = names[0]
         policy = cfg.policies[name]
         teams = list(

@@ -190,7 +190,9 @@ class TargetSpec(Strict):
 
     @property
     def provisioning(self) -> timedelta:
-        return self.provisioning_estimate or DEFAULT_PROVISIONING[self.cloud]
+        if self.provisioning_estimate is None:
+            return DEFAULT_PROVISIONING[self.cloud]
+        return self.provisioning_estimate
 
     @property
     def cloud(self) -> Cloud:

@@ -234,7 +234,7 @@ class CloudPools(OnPremQueue):
             return
         launch = next((t.provisioning for t in self.service.targets if t.name == pool.target), None)
         times = self.sends(pool.policy)
-        if launch is None or not times:
+        if not launch or not times:  # a launch that takes no time keeps no pool idle
             return
         needed = math.ceil(SENT_WINDOW / launch)  # sends in an hour that keep an idle pool
         if len(times) >= needed:

@@ -50,6 +50,10 @@ class CloudModel:
     # cluster-autoscaler default); burst sets a pool's size, the autoscaler trims it.
     scale_down_after_s: float = 600.0
     latency: Mapping[Cloud, Latency] = field(default_factory=lambda: dict(LATENCY))
+    # Whether burst's targets are told these clouds as they are (variants.stated): a target's
+    # estimates are written for real clouds, and the ideal clouds have no launch time or reclaim
+    # that any configuration could state (a provisioningEstimate of 0s is refused).
+    restate_targets: bool = False
 
 
 DEFAULT_CLOUDS = CloudModel()
@@ -63,6 +67,7 @@ IDEAL_CLOUDS = CloudModel(
     launch_failure=0.0,
     spot_interruptions_per_hour=0.0,
     latency={cloud: Latency(median_s=0.0, sigma=0.0, cap_s=0.0) for cloud in LATENCY},
+    restate_targets=True,
 )
 CLOUD_MODELS = {"realistic": DEFAULT_CLOUDS, "ideal": IDEAL_CLOUDS}
 

@@ -835,3 +835,23 @@ def test_a_run_lost_on_spot_is_not_sent_to_spot_again() -> None:
     capacities = [p.offer.capacity for p in world.pool_list]
     assert x.restarts == 1 and out.unfinished == 0
     assert capacities[0] == "spot" and set(capacities[1:]) == {"on-demand"}, capacities
+
+
+def test_on_the_ideal_clouds_burst_plans_for_their_instant_launch() -> None:
+    """The targets' launch estimates are written for real clouds (the shipped config states none:
+    8 to 12 minutes by default); on clouds that launch at once, a job that on-prem would start
+    five minutes later is sooner in a cloud, from the next tick, once the targets say so."""
+    from decimal import Decimal
+
+    from burst.sim.state import IDEAL_CLOUDS
+
+    hog = job("hog", 0, 300, 8, 10**6)
+    short = job("short", 10, 600, 1, 10**6)
+    priced = variants.with_trigger(CFG, POLICY.metadata.name, wait_price=Decimal("1000"))
+    starts = {}
+    for cfg in (priced, variants.stated(priced, IDEAL_CLOUDS)):
+        world = simulate.World([hog, short], {"V100": 8}, cfg, OFFERS, seed=1, clouds=IDEAL_CLOUDS)
+        world.run(simulate.Burst(cfg))
+        starts[cfg is priced] = (world.jobs[1].started, world.jobs[1].ran_in_cloud)
+    assert starts == {True: (300, False), False: (world.tick, True)}  # the tick after it came
+    assert variants.stated(priced, STEADY) is priced  # a model that launches as configured
