@@ -20,7 +20,7 @@ queue until the pool is up (`holding`): a strict queue waits behind it (onprem.Q
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
@@ -30,7 +30,19 @@ from burst.decide.onprem import Estimate, Held
 from burst.decide.placement import Placement
 from burst.decide.triggers import Want, safety_margin, urgency
 from burst.decide.wording import Words, at
-from burst.model import CancelDispatch, Snapshot, Workload
+from burst.model import CancelDispatch, PoolView, Snapshot, Workload
+
+
+def launching(
+    planned: Sequence[Workload], snapshot: Snapshot, targets: Mapping[str, TargetSpec]
+) -> Iterator[tuple[Workload, PoolView, TargetSpec]]:
+    """The planned workloads whose pool still launches, each with its pool and target."""
+    by_name = {p.name: p for p in snapshot.pools}
+    for w in planned:
+        pv = by_name.get(w.planned_pool or "")
+        target = targets.get(pv.target) if pv is not None else None
+        if pv is not None and target is not None and pv.state in LAUNCHING:
+            yield w, pv, target
 
 
 class AtRisk(NamedTuple):
@@ -51,15 +63,12 @@ def at_risk(
 ) -> list[AtRisk]:
     """The planned workloads at risk on a pool of `snapshot` that launches late, most urgent
     first; `policy_for` claims a workload, `runtime` gives its expected run."""
-    by_name = {p.name: p for p in snapshot.pools}
     found = []
-    for w in planned:
-        pv = by_name.get(w.planned_pool or "")
+    for w, pv, target in launching(planned, snapshot, targets):
         policy = policy_for(w)
-        if pv is None or pv.state not in LAUNCHING or w.deadline is None or policy is None:
+        if w.deadline is None or policy is None:
             continue
-        target = targets.get(pv.target)
-        if target is None or pv.created + target.provisioning > now:
+        if pv.created + target.provisioning > now:
             continue  # launching on time: as the plan that put it there expected
         run = runtime(w, policy)
         ready = expected_ready(pv, target, now)
@@ -86,14 +95,10 @@ def holding(
     """The planned workloads whose pool still launches, each with its run and when the pool is
     expected up: until then it is still in the on-prem queue, which the service takes it out of
     when it copies it there (a strict queue waits behind it: onprem.QueueSweep)."""
-    by_name = {p.name: p for p in snapshot.pools}
-    out = []
-    for w in planned:
-        pv = by_name.get(w.planned_pool or "")
-        target = targets.get(pv.target) if pv is not None else None
-        if pv is not None and target is not None and pv.state in LAUNCHING:
-            out.append((w, runtime(w, policy_for(w)), expected_ready(pv, target, now)))
-    return out
+    return [
+        (w, runtime(w, policy_for(w)), expected_ready(pv, target, now))
+        for w, pv, target in launching(planned, snapshot, targets)
+    ]
 
 
 def launch_due(
@@ -101,15 +106,8 @@ def launch_due(
 ) -> datetime | None:
     """When the first pool still launching with work planned onto it passes its launch estimate:
     until then no workload on one is at risk (at_risk), however time passes."""
-    by_name = {p.name: p for p in snapshot.pools}
-    due = None
-    for w in planned:
-        pv = by_name.get(w.planned_pool or "")
-        if pv is None or pv.state not in LAUNCHING or pv.target not in targets:
-            continue
-        at_estimate = pv.created + targets[pv.target].provisioning
-        due = at_estimate if due is None else min(due, at_estimate)
-    return due
+    due = [pv.created + t.provisioning for _, pv, t in launching(planned, snapshot, targets)]
+    return min(due, default=None)
 
 
 def replan(placement: Placement, risks: Sequence[AtRisk], now: datetime) -> list[CancelDispatch]:
