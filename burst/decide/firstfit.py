@@ -12,6 +12,10 @@ at which it started, by an undo log (one entry per release taken and per start),
 goes on from there without it. The run pauses before it places the workload asked for, so one
 that the plan sends away at once, as it does most it sends, has nothing to undo.
 
+A workload planned onto a pool still launching (`held`) is in the queue until its pool is
+expected up, as the service takes it out only then: at a release before that it starts in its
+place in line if it fits, and at one after it is gone. It is never asked for and never leaves.
+
 Workloads that leave whatever their estimate (past their policy's wait, say) are not in the run
 at all; each one's start is where it would start were it the only one of them to stay: at the
 first point of the run where its pods fit and no workload ahead of it in the queue that fits is
@@ -33,11 +37,21 @@ from datetime import datetime, timedelta
 from burst.decide.cluster import Product, products
 from burst.model import OnPrem, Workload
 
+
+def queue_order(w: Workload) -> tuple[int, datetime, str]:
+    """Kueue's order: higher priority first, then older first (creation), then name."""
+    return (-w.priority, w.created, w.uid)
+
+
 _Release = tuple[datetime, str, int, int]  # (when, product, node, GPUs)
 _Item = tuple[int, Workload]  # a waiting workload and its place in the queue
 _Lines = dict[tuple[int, int], "deque[_Item]"]  # one product's waiting, by pod shape
 _Start = tuple[Product, "deque[_Item]", _Item, list[int], list[_Release]]
-_Absent = tuple["deque[_Item]", list[_Item]]  # those of one line that would start now
+# Those of one line taken out of it at a release: the absent that would start then, or one held
+# whose pool is up by then.
+_Absent = tuple["deque[_Item]", list[_Item]]
+# A workload planned onto a pool still launching, its run, and when its pool is expected up.
+Held = tuple[Workload, timedelta, datetime]
 
 
 class FirstFitRun:
@@ -52,9 +66,17 @@ class FirstFitRun:
         runtime: Mapping[str, timedelta],
         product_of: Callable[[Workload], str | None],
         absent: frozenset[str] = frozenset(),
+        held: Iterable[Held] = (),
     ) -> None:
         self._cluster = products(onprem, now)
         self._runtime = runtime
+        # Still in the queue until its pool is up, when the service copies it there and takes it
+        # out (service/remote.py, dispatch_ready): before then it starts here if it fits first,
+        # as any waiting workload (its dispatch is then cancelled).
+        self._held = {w.uid: (up, run) for w, run, up in held}
+        if self._held:
+            ahead = sorted((w for w, _, _ in held), key=queue_order)
+            queue = heapq.merge(queue, ahead, key=queue_order)
         self._releases: list[_Release] = [
             (at, name, node, gpus)
             for name, p in self._cluster.items()
@@ -74,7 +96,8 @@ class FirstFitRun:
                 lines = self._lines.setdefault(name, ({}, {}))[w.uid in absent]
                 line = lines.setdefault((w.gpus_per_pod, w.pods), deque())
                 line.append((order, w))
-                self._queued[w.uid] = (line, (order, w))
+                if w.uid not in self._held:  # never asked for, never leaves
+                    self._queued[w.uid] = (line, (order, w))
         self._starts: dict[str, tuple[datetime, int]] = {}  # start, and the release it came at
         self._log: list[_Release | _Start | _Absent] = []  # releases taken and starts, in turn
         self._at: list[tuple[datetime, int]] = [(now, 0)]  # each release: when, the log before it
@@ -178,7 +201,7 @@ class FirstFitRun:
         """Start, in queue order, what fits at the last release (again: what has started stays
         so); True when paused before `asked`, which would start next."""
         at, index = self._at[-1][0], len(self._at) - 1
-        fits = p.fits
+        fits, held = p.fits, self._held
         # GPUs free only shrink while a release's starts are made: a line that does not fit now
         # fits no more until the next release, so only those that fit are looked at again (each
         # start looked at every line, a tenth of a Philly replay with config/).
@@ -206,8 +229,14 @@ class FirstFitRun:
                 self._paused = w.uid
                 return True
             first.popleft()
+            hold = held.get(w.uid) if held else None
+            if hold is not None and at > hold[0]:  # its pool is up first: it left for it
+                self._log.append((first, [item]))
+                ready = [s for s in ready if s[0]]
+                continue
+            runtime = self._runtime[w.uid] if hold is None else hold[1]
             nodes = p.place(w.gpus_per_pod, w.pods)
-            ends = [(at + self._runtime[w.uid], name, node, w.gpus_per_pod) for node in nodes]
+            ends = [(at + runtime, name, node, w.gpus_per_pod) for node in nodes]
             for end in ends:
                 heapq.heappush(self._releases, end)
             self._starts[w.uid] = (at, index)
@@ -247,7 +276,7 @@ class FirstFitRun:
             if len(entry) == 2:
                 line, items = entry
                 for item in items:
-                    del self._starts[item[1].uid]
+                    self._starts.pop(item[1].uid, None)  # a held one taken out never started
                 line.extendleft(reversed(items))
                 continue
             p, line, item, nodes, ends = entry

@@ -10,7 +10,8 @@ and pending workloads are placed in priority, then creation order, as the Servic
 - BestEffortFIFO (`FirstFitSweep`): at each release, every waiting workload in queue order that
   fits starts, so a small job starts past a large one that does not fit, and those behind a large
   one may take the GPUs it waits for for a long time. The whole queue is run at once (firstfit.py),
-  each workload the decision sends elsewhere taken out of the run.
+  each workload the decision sends elsewhere taken out of the run, and one planned onto a pool
+  still launching kept in it until the pool is expected up.
 A workload whose pods do not fit its product's nodes even when all are free never starts. A
 workload the decision sends to a cloud leaves the queue, so those behind it move up:
 `estimate()` looks without committing, `stay()` commits and `leave()` takes the workload out;
@@ -31,14 +32,10 @@ from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
 from burst.decide.cluster import Product, Start, largest_product, products
-from burst.decide.firstfit import FirstFitRun
+from burst.decide.firstfit import FirstFitRun, Held, queue_order
 from burst.model import OnPrem, Workload
 
 Queueing = Literal["StrictFIFO", "BestEffortFIFO"]  # the ServiceConfig's onPrem.queueing
-
-
-def queue_order(w: Workload) -> tuple[int, datetime, str]:
-    return (-w.priority, w.created, w.uid)
 
 
 class Estimate(NamedTuple):
@@ -105,10 +102,6 @@ class Sweep(ABC):
         """The estimated workload goes elsewhere: it leaves the queue, those behind move up."""
 
 
-# A workload planned onto a pool still launching, its run, and when its pool is expected up.
-Held = tuple[Workload, timedelta, datetime]
-
-
 def queue_sweep(
     onprem: OnPrem,
     now: datetime,
@@ -120,9 +113,10 @@ def queue_sweep(
 ) -> Sweep:
     """A sweep of `queue` (the workloads that may stay, in queue order) as the cluster queues;
     `absent`, those of them that will leave whatever their estimate (see Sweep.leaves); `held`,
-    those planned onto a pool still launching, which a strict queue waits behind (QueueSweep)."""
+    those planned onto a pool still launching, still queued until it is up: a strict queue waits
+    behind them (QueueSweep), and a best-effort one starts them if they fit first."""
     if queueing == "BestEffortFIFO":
-        return FirstFitSweep(onprem, now, queue, runtime, absent)
+        return FirstFitSweep(onprem, now, queue, runtime, absent, held)
     return QueueSweep(onprem, now, held)
 
 
@@ -312,9 +306,10 @@ class FirstFitSweep(Sweep):
         queue: Iterable[Workload],
         runtime: Mapping[str, timedelta],
         absent: frozenset[str] = frozenset(),
+        held: Iterable[Held] = (),
     ) -> None:
         super().__init__(onprem)
-        self._run = FirstFitRun(onprem, now, queue, runtime, self.product_of, absent)
+        self._run = FirstFitRun(onprem, now, queue, runtime, self.product_of, absent, held)
         self._last: str | None = None
 
     def estimate(self, w: Workload, runtime: timedelta) -> Estimate:

@@ -52,7 +52,8 @@ from burst.decide import unpriced
 from burst.decide.candidates import allowed_accelerators, expected_run
 from burst.decide.caps import PlanError
 from burst.decide.existing import deletions, placement_for, unneeded
-from burst.decide.onprem import Estimate, Sweep, queue_order, queue_sweep
+from burst.decide.firstfit import Held, queue_order
+from burst.decide.onprem import Estimate, Sweep, queue_sweep
 from burst.decide.placement import Placement
 from burst.decide.pools import pool_actions
 from burst.decide.replan import AtRisk, at_risk, holding, launch_due, replan
@@ -128,6 +129,7 @@ class _Planner:
         placed: set[str],
         priced: set[str],
         runtimes: dict[str, timedelta],
+        held: list[Held],
     ) -> Sweep | None:
         """None where a workload placed in an earlier round has lost its reason now that those
         refused since stay, or where only its price on waiting sends it now though it was placed
@@ -136,9 +138,8 @@ class _Planner:
         behind it start sooner: it holds up a wide one between them, and the small one behind
         runs past both. Each placed workload is estimated as if it alone of them stayed: they
         all leave."""
-        sweep = queue_sweep(
-            self.snapshot.onprem, self.now, self.queueing, pending, runtimes, frozenset(placed)
-        )
+        cluster, queueing, absent = self.snapshot.onprem, self.queueing, frozenset(placed)
+        sweep = queue_sweep(cluster, self.now, queueing, pending, runtimes, absent, held)
         for w in pending:
             if w.uid in placed:
                 sweep.leaves(w, runtimes[w.uid])
@@ -222,7 +223,7 @@ class _Planner:
         pending.sort(key=queue_order)
         # Known only for a queue walked: two plans in three of a replay with config/ place nothing.
         runtimes = {w.uid: expected_runtime(w, self.policy_of.get(w.uid)) for w in pending}
-        held = holding(  # only a strict sweep waits behind them
+        held = holding(
             planned, self.snapshot, self.targets, self.policy_for, expected_runtime, self.now
         )
         stays: set[str] = set()  # refused: they wait on-prem
@@ -235,7 +236,7 @@ class _Planner:
             # Before the room is looked at: a placement that lost its reason gives its room back.
             kept = None
             if placed and self.queueing == "BestEffortFIFO":
-                kept = self._stale(pending, placed, priced, runtimes)
+                kept = self._stale(pending, placed, priced, runtimes, held)
                 if kept is None:
                     self._open()
                     placed.clear()

@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 from burst.config import BurstPolicy, TargetSpec
 from burst.decide.existing import LAUNCHING, expected_ready
-from burst.decide.onprem import Estimate, Held
+from burst.decide.firstfit import Held
+from burst.decide.onprem import Estimate
 from burst.decide.placement import Placement
 from burst.decide.triggers import Want, safety_margin, urgency
 from burst.decide.wording import Words, at

@@ -590,6 +590,42 @@ def test_a_workload_planned_onto_a_launching_pool_holds_a_strict_queue_until_it_
     assert "w2" not in dispatches(plan)
 
 
+def test_a_workload_planned_onto_a_launching_pool_takes_room_first_in_a_best_effort_queue() -> None:
+    # BestEffortFIFO on one node of 8 V100s: 6 held until 12:00, 2 until 09:05. w1 (2 GPUs, 2 h,
+    # first in line) is planned onto an aws-euc1 pool asked for now, up at 09:10: until then it
+    # is still queued on-prem, and the GPUs freed at 09:05 go to it, first in line (its dispatch
+    # is then cancelled; sim/queue.py, as Kueue's BestEffortFIFO). w2 (2 GPUs, 2 h, due 11:50
+    # less the 30 min margin) then starts when w1 ends, at 11:05, and finishes at 13:05: at risk.
+    # Were w1's pool up, w2 would start at 09:05 and finish at 11:05: in time.
+    onprem = OnPrem(
+        {"V100": 8},
+        (
+            RunningWorkload("r", "V100", 6, NOW + 3 * H),
+            RunningWorkload("s", "V100", 2, NOW + timedelta(minutes=5)),
+        ),
+    )
+    launching = _pool(state="creating", created=NOW)
+    w1 = workload(gpus_per_pod=2, created=NOW - H, phase="planned", planned_pool=launching.name)
+    w2 = workload("w2", gpus_per_pod=2, deadline=NOW + 2 * H + timedelta(minutes=50))
+    snap = Snapshot(workloads=(w1, w2), onprem=onprem, pools=(launching,))
+    cfg = make_config(queueing="BestEffortFIFO")
+    assert "w2" in dispatches(decide.plan(snap, CATALOG, cfg, NOW))
+    up = replace(launching, state="ready")
+    plan = decide.plan(replace(snap, pools=(up,)), CATALOG, cfg, NOW)
+    assert skip_reason(plan, "w2").startswith("deadline met on-prem")
+    # Room that frees only once its pool is up (09:15) is not w1's: it has left the queue for
+    # its pool, and w2 starts then, finishing at 11:15, in time.
+    later = replace(
+        onprem,
+        running=(
+            onprem.running[0],
+            replace(onprem.running[1], expected_end=NOW + timedelta(minutes=15)),
+        ),
+    )
+    plan = decide.plan(replace(snap, onprem=later), CATALOG, cfg, NOW)
+    assert skip_reason(plan, "w2").startswith("deadline met on-prem")
+
+
 def test_a_placement_whose_trigger_is_gone_once_the_refused_stay_is_priced_again() -> None:
     # BestEffortFIFO, 16 A100s, 12 held until 11:00 tomorrow. Queue: "hog" (4 x 1 GPU, 19 h, due
     # 09:03, of a policy whose price cap no offer meets), "wide" (2 x 8, 2 h, not burstable), w1

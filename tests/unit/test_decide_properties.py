@@ -443,12 +443,15 @@ def a_round_walking_the_stale_check_run_plans_as_on_a_new_run(
     the queue less the placed instead, it must plan the same."""
     stale = _Planner._stale
 
-    def anew(self: Any, pending: Any, placed: set[str], priced: set[str], runtimes: Any) -> Any:
-        found = stale(self, pending, placed, priced, runtimes)
+    def anew(
+        self: Any, pending: Any, placed: set[str], priced: set[str], runtimes: Any, held: Any
+    ) -> Any:
+        found = stale(self, pending, placed, priced, runtimes, held)
         if found is None:
             return None
         queue = [w for w in pending if w.uid not in placed]
-        return queue_sweep(self.snapshot.onprem, self.now, self.queueing, queue, runtimes)
+        cluster = self.snapshot.onprem
+        return queue_sweep(cluster, self.now, self.queueing, queue, runtimes, held=held)
 
     with patch.object(_Planner, "_stale", anew):
         assert _plan(snap, cfg) == plan

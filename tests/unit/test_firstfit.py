@@ -12,19 +12,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burst.decide.cluster import expected_end
-from burst.decide.firstfit import FirstFitRun
-from burst.decide.onprem import queue_order
+from burst.decide.firstfit import FirstFitRun, queue_order
 from burst.model import OnPrem, RunningWorkload, Workload
 from tests.builders import NOW, workload
 from tests.unit.test_onprem import node_sizes, queues
 
 
 def first_fit_by_hand(
-    onprem: OnPrem, queue: list[Workload], runtimes: dict[str, timedelta]
+    onprem: OnPrem,
+    queue: list[Workload],
+    runtimes: dict[str, timedelta],
+    up: dict[str, datetime] | None = None,
 ) -> dict[str, datetime]:
     """Starts as the cluster makes them: now, then at each release, the first waiting workload in
     queue order whose pods all find a node with room (each pod the first such node), again and
-    again until none does."""
+    again until none does. One held for a launching pool (`up`: when that pool is up) waits in
+    line until then, and is gone from it after."""
+    up = up or {}
     free = node_sizes(onprem)
     names = list(free)
     releases: list[tuple[datetime, str, int]] = []
@@ -51,6 +55,8 @@ def first_fit_by_hand(
         started = True
         while started:
             started = False
+            for w in [w for w in waiting if w.uid in up and up[w.uid] < at]:
+                waiting.remove(w)
             for w in waiting:
                 nodes = place(w)
                 if nodes is not None:
@@ -107,6 +113,42 @@ def test_the_run_taken_back_and_run_on_answers_as_a_run_from_scratch(
         if op == "walk" and uid not in absent:  # as a plan's walk: asked, then sent away
             run.leave(uid)
             gone.add(uid)
+
+
+@settings(max_examples=300, deadline=None)
+@given(queues(), st.data())
+def test_workloads_held_for_a_launching_pool_take_room_in_line_until_it_is_up(
+    scenario, data
+) -> None:
+    """Some of the queue planned onto pools still launching: each may start in its place in line
+    until its pool is up (never after), and the rest of the queue starts as the cluster starts
+    it, asked in any order, with workloads leaving before and after they start."""
+    onprem, pending, runtimes, _ = scenario
+    queue = sorted(pending, key=queue_order)
+    held_uids = data.draw(st.sets(st.sampled_from([w.uid for w in queue])))
+    up = {u: NOW + data.draw(st.integers(0, 12)) * timedelta(minutes=30) for u in sorted(held_uids)}
+    held = [(w, runtimes[w.uid], up[w.uid]) for w in queue if w.uid in up]
+    rest = [w for w in queue if w.uid not in up]
+    if not rest:
+        return
+    ops = data.draw(
+        st.lists(
+            st.tuples(st.sampled_from(["start", "leave"]), st.sampled_from([w.uid for w in rest])),
+            max_size=16,
+        )
+    )
+    run = FirstFitRun(onprem, NOW, rest, runtimes, lambda w: "V100", held=held)
+    gone: set[str] = set()
+    for op, uid in ops:
+        if op == "leave":
+            run.leave(uid)
+            gone.add(uid)
+            continue
+        present = [w for w in queue if w.uid not in gone]
+        expected = (
+            None if uid in gone else first_fit_by_hand(onprem, present, runtimes, up).get(uid)
+        )
+        assert run.start(uid) == expected, (uid, gone, up)
 
 
 def test_a_small_job_that_leaves_gives_its_gpus_to_one_behind_a_wide_one() -> None:

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from burst.decide.cluster import Nodes
-from burst.decide.onprem import estimate_all, queue_order, queue_sweep
+from burst.decide.firstfit import queue_order
+from burst.decide.onprem import estimate_all, queue_sweep
 from burst.model import OnPrem, OnPremNode, RunningWorkload
 from tests.builders import NOW, workload
 
