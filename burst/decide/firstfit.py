@@ -39,7 +39,7 @@ from burst.model import OnPrem, Workload
 
 
 def queue_order(w: Workload) -> tuple[int, datetime, str]:
-    """Kueue's order: higher priority first, then older first (creation), then name."""
+    """Kueue's order: higher priority first, then older first (creation), then by uid."""
     return (-w.priority, w.created, w.uid)
 
 

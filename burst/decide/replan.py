@@ -15,7 +15,8 @@ On realistic clouds a replay's missed deadlines with exact runtimes were such wo
 of slack, a pool of spot nodes 44 minutes in coming (its estimate 12), and a reclaim after.
 
 Every workload planned onto a pool still launching, late or not, is also still in the on-prem
-queue until the pool is up (`holding`): a strict queue waits behind it (onprem.QueueSweep).
+queue until the pool is up (`holding`): a strict queue waits behind it, and a best-effort one
+starts it if it fits first (onprem.queue_sweep).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def holding(
 ) -> list[Held]:
     """The planned workloads whose pool still launches, each with its run and when the pool is
     expected up: until then it is still in the on-prem queue, which the service takes it out of
-    when it copies it there (a strict queue waits behind it: onprem.QueueSweep)."""
+    when it copies it there (onprem.queue_sweep)."""
     return [
         (w, runtime(w, policy_for(w)), expected_ready(pv, target, now))
         for w, pv, target in launching(planned, snapshot, targets)

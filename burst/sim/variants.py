@@ -1,6 +1,6 @@
 """The configuration a comparison replays, varied: one policy's trigger (its safety margin, its
-price on waiting), the on-prem cluster's queueing, and a margin chosen against the runtime error
-a replay measured. `burst simulate` applies them to the configuration before compare.py replays
+price on waiting), the on-prem cluster's queueing, the targets as the simulated clouds are, and
+a margin chosen against the runtime error a replay measured. `burst simulate` applies them to the configuration before compare.py replays
 it; the sweep varies them per replay.
 """
 
