@@ -140,6 +140,21 @@ def test_a_price_on_waiting_from_the_command_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and "--wait-price: '-1' is not a price of 0 or more" in done.stderr
 
 
+def test_on_the_ideal_clouds_a_high_price_on_waiting_completes_as_soon_as_no_wait(
+    tmp_path: Path,
+) -> None:
+    """--clouds ideal tells burst's targets that a launch takes no time: at a price on waiting
+    that outweighs any cloud bill, burst then sends what no-wait sends, as soon, and pays less
+    (spot, fuller pools). Planning for the targets' default launch estimates instead, it kept
+    jobs on-prem that a pool would have started sooner: 1.2 s later on OpenB's first 1,000."""
+    base = ("--trace", str(openb_head(tmp_path, 1000)), "-c", CONFIG, "--format", "json")
+    done = simulate(*base, "--clouds", "ideal", "--wait-price", "100000", "--baselines")
+    by_name = {p["name"]: p for p in json.loads(done.stdout)["policies"]}
+    burst, no_wait = by_name["burst"], by_name["no-wait"]
+    assert burst["mean_jct_s"] <= no_wait["mean_jct_s"]
+    assert burst["cost"] < no_wait["cost"] and burst["deadlines_missed"] == 0
+
+
 def test_a_wait_per_gpu_hour_and_a_max_spot_delay_from_the_command_line(tmp_path: Path) -> None:
     """--wait-per-gpu-hour sends a queued job once it has waited its share: at 6m per GPU-hour
     (compute-wait's allowance on OpenB) more of OpenB's first 1,000 jobs burst and all complete
