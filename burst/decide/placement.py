@@ -2,7 +2,8 @@
 room if one fits its policy and deadline (its policy's, or one of another policy where both share
 their pools, placement.sharePools), else onto the offer with the lowest total estimated cost
 (node-hours for provisioning + runtime + the idle tail before teardown; ties to the earliest
-finish), growing a pool of that offer before opening a new one; at the policy's pool limit only
+finish; with a price on waiting, each place's cost plus what its finish is worth at that price),
+growing a pool of that offer before opening a new one; at the policy's pool limit only
 growing is left. Every placement passes the caps (caps.py) and reserves its estimate. When no cloud
 can meet the deadline any more, the soonest cloud finish counts instead, if it beats on-prem.
 Which open pool to reuse or grow is reuse.py's to find; the offers to open are candidates.py's;
@@ -138,6 +139,14 @@ class Placement:
         )
         return refusal if self._place(late, is_late=True) is not None else None
 
+    def _per_second(self, want: Want) -> int:
+        """USD micros a second sooner is worth to `want` at its policy's price on waiting."""
+        price = want.policy.spec.trigger.wait_price
+        if price is None:
+            return 0
+        hour = self.caps.rates.to_usd(Money.of(price, want.policy.spec.limits.currency))
+        return hour * want.w.gpus // 3600
+
     def _soonest_cloud_finish(
         self, want: Want, capacities: tuple[CapacityType, ...] | None = None
     ) -> datetime | None:
@@ -169,6 +178,7 @@ class Placement:
         # 1. Reuse a pool with free room, unless it would keep nodes up for this workload alone
         # for longer than a pool of its own costs: small jobs in the room of big nodes kept
         # whole nodes up for one of their GPUs (9.5 of the 12 % idle of a Philly replay).
+        per_s = self._per_second(want)
         reusable = self.eligible_pools(p, w, spot_ok, shared=True)
         reuse = best_reuse(reusable, w, want.runtime, deadline, self.now)
         new: Cheapest | None = None
@@ -178,13 +188,15 @@ class Placement:
             added = reuse.pool.node_time_added(w, start, reuse.finish)
             if added:
                 new = cheapest_new(
-                    want, by_capacity, capacities, self.targets, self.unavailable, self.now
+                    want, by_capacity, capacities, self.targets, self.unavailable, self.now, per_s
                 )
                 priced = True
-                if new is not None and new[0] < node_cost(reuse.pool.hourly_micros, 1, added):
+                kept = node_cost(reuse.pool.hourly_micros, 1, added)
+                kept += per_s * int((reuse.finish - self.now).total_seconds())
+                if new is not None and new[0] < kept:
                     offer = new[4].offer
                     if (
-                        self._refusal(want, new[0], max_cost_usd, offer.key, offer.hourly.micros)
+                        self._refusal(want, new[5], max_cost_usd, offer.key, offer.hourly.micros)
                         is None
                     ):
                         reuse = None
@@ -212,7 +224,7 @@ class Placement:
         cheapest = new
         if not priced:
             cheapest = cheapest_new(
-                want, by_capacity, capacities, self.targets, self.unavailable, self.now
+                want, by_capacity, capacities, self.targets, self.unavailable, self.now, per_s
             )
         if cheapest is None:
             refusals.append(
@@ -226,7 +238,7 @@ class Placement:
                 )
             )
             return "; ".join(refusals)
-        total, finish, _, _, c = cheapest
+        _, finish, _, _, c, total = cheapest
         why = self._refusal(want, total, max_cost_usd, c.offer.key, c.offer.hourly.micros)
         if why is not None:
             refusals.append(why)
@@ -312,8 +324,9 @@ def _pool_for(placement: Placement, want: Want, c: Candidate) -> OpenPool:
     return placement.open(pool)
 
 
-# The cheapest new capacity: (total cost, finish, target name, offer key, candidate).
-Cheapest = tuple[int, datetime, str, str, Candidate]
+# The cheapest new capacity: (total cost and the finish priced, finish, target name, offer key,
+# candidate, total cost).
+Cheapest = tuple[int, datetime, str, str, Candidate, int]
 
 
 def cheapest_new(
@@ -323,6 +336,7 @@ def cheapest_new(
     targets: Mapping[str, TargetSpec],
     unavailable: frozenset[OfferKey],
     now: datetime,
+    per_second: int = 0,
 ) -> Cheapest | None:
     """The offer with the least total cost (launches, the run and the idle tail) that finishes
     `want` by its finish_by, ties to the soonest finish. Each target's list is sorted by price x
@@ -352,7 +366,8 @@ def cheapest_new(
                 finish = now + launches + run
                 if deadline is None or finish <= deadline:
                     total = node_cost(c.offer.hourly.micros, c.nodes, launches + run + tail)
-                    choice = (total, finish, target_name, str(c.offer.key), c)
+                    score = total + per_second * int((finish - now).total_seconds())
+                    choice = (score, finish, target_name, str(c.offer.key), c, total)
                     if cheapest is None or choice[:4] < cheapest[:4]:
                         cheapest = choice
                 if not restarts:

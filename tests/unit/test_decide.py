@@ -746,6 +746,23 @@ def test_a_reuse_that_keeps_a_node_up_for_it_alone_loses_to_a_pool_of_its_own() 
         assert dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"].pool == pool.name
 
 
+def test_a_price_on_waiting_weighs_how_much_sooner_each_place_finishes() -> None:
+    # As above: the reuse adds 1 h 50 m of a 4-GPU node (about 22 USD), a 1-GPU node of its own
+    # about 7 USD but it finishes 8 minutes later (gcp-euw4's launch). At a price on waiting of
+    # 200 USD per GPU-hour those 8 minutes are worth 26.67 USD: the pool that is up takes it. At
+    # 50 they are worth 6.67 USD, less than the 15 USD between them: a pool of its own.
+    pool = _pool(free_gpus=(1,), busy_until=(NOW + timedelta(minutes=10),))
+    snap = Snapshot(workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=(pool,))
+    placed = {}
+    for price in ("50", "200"):
+        trigger = {"deadlineSafetyMargin": "30m", "waitPrice": price}
+        cfg = make_config(("ml", policy_spec(trigger=trigger)))
+        placed[price] = dispatches(decide.plan(snap, CATALOG, cfg, NOW))["w1"]
+    assert placed["50"].pool != pool.name and "n1-standard-1" in placed["50"].reason
+    assert placed["200"].pool == pool.name
+    assert placed["200"].estimated_finish < placed["50"].estimated_finish
+
+
 def _one_pool_of_one_node(
     trigger: dict[str, str] | None = None, queueing: str = "StrictFIFO"
 ) -> Config:
