@@ -55,36 +55,35 @@ def _with_spec_part(config: Config, policy: str, part: str, changes: dict[str, A
 def with_queueing(config: Config, queueing: str) -> Config:
     """The configuration with the on-prem cluster's queueing changed."""
     assert config.service is not None
-    spec = config.service.spec
-    on_prem = spec.on_prem.model_copy(update={"queueing": queueing})
-    service = config.service.model_copy(
-        update={"spec": spec.model_copy(update={"on_prem": on_prem})}
-    )
-    return replace_dataclass(config, service=service)
+    on_prem = config.service.spec.on_prem.model_copy(update={"queueing": queueing})
+    return _with_service_spec(config, on_prem=on_prem)
 
 
 def stated(config: Config, clouds: CloudModel) -> Config:
     """The configuration with its targets stating the simulated clouds, where the model asks it
-    (the ideal clouds): every launch takes no time and no spot node is reclaimed. Left as they
+    (the ideal clouds): each launch takes the model's median latency (none there) and spot nodes
+    are reclaimed at the model's rate (never there). Left as they
     were, the targets' estimates for real clouds (8 to 12 minutes by default, and the example's
     0.05 reclaims per spot node-hour) have burst plan for launches and restarts that these clouds
     do not have, keeping on-prem work that a pool would have started sooner."""
     if not clouds.restate_targets or config.service is None:
         return config
-    spec = config.service.spec
     targets = [
         t.model_copy(
             update={
-                "provisioning_estimate": timedelta(0),
+                "provisioning_estimate": timedelta(seconds=clouds.latency[t.cloud].median_s),
                 "spot_interruptions_per_hour": clouds.spot_interruptions_per_hour,
             }
         )
-        for t in spec.targets
+        for t in config.service.spec.targets
     ]
-    service = config.service.model_copy(
-        update={"spec": spec.model_copy(update={"targets": targets})}
-    )
-    return replace_dataclass(config, service=service)
+    return _with_service_spec(config, targets=targets)
+
+
+def _with_service_spec(config: Config, **changes: Any) -> Config:
+    assert config.service is not None
+    spec = config.service.spec.model_copy(update=changes)
+    return replace_dataclass(config, service=config.service.model_copy(update={"spec": spec}))
 
 
 def measured_margin(outcome: Outcome) -> timedelta | None:
