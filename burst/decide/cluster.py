@@ -37,7 +37,7 @@ class Nodes:
     _sizes: Counter[int]  # how many nodes have each size
     _could: dict[tuple[int, int], bool]  # could_fit's answers
     _leaves: int
-    _tree: list[int]  # the most GPUs free on a node, per subtree
+    tree: list[int]  # the most GPUs free on a node, per subtree: tree[1] on any node
 
     def __init__(
         self,
@@ -49,7 +49,7 @@ class Nodes:
         self.names, self.sizes = names, sizes
         if like is not None:  # a copy of `like`: what is free copied, what sizes give shared
             self.free, self.total = list(like.free), like.total
-            self.counts, self._tree = Counter(like.counts), list(like._tree)
+            self.counts, self.tree = Counter(like.counts), list(like.tree)
             self._sizes, self._could, self._leaves = like._sizes, like._could, like._leaves
             return
         self.free = list(sizes) if free is None else free
@@ -58,11 +58,11 @@ class Nodes:
         self._sizes = Counter(max(size, 0) for size in sizes)
         self._could = {}
         self._leaves = 1 << max(0, len(sizes) - 1).bit_length()
-        self._tree = [0] * (2 * self._leaves)
+        self.tree = [0] * (2 * self._leaves)
         for k, f in enumerate(self.free):
-            self._tree[self._leaves + k] = max(f, 0)
+            self.tree[self._leaves + k] = max(f, 0)
         for i in range(self._leaves - 1, 0, -1):
-            self._tree[i] = max(self._tree[2 * i], self._tree[2 * i + 1])
+            self.tree[i] = max(self.tree[2 * i], self.tree[2 * i + 1])
 
     def add(self, k: int, gpus: int) -> None:
         """Node k lets `gpus` go (negative: takes them)."""
@@ -78,7 +78,7 @@ class Nodes:
         counts = self.counts
         counts[was] -= 1
         counts[now] += 1
-        tree, i = self._tree, self._leaves + k
+        tree, i = self.tree, self._leaves + k
         tree[i] = now
         i >>= 1
         while i:
@@ -94,7 +94,7 @@ class Nodes:
         if per_pod <= 0:
             return True
         if pods == 1:  # the most free on one node: the tree's root
-            return self._tree[1] >= per_pod
+            return self.tree[1] >= per_pod
         if per_pod * pods > self.total:
             return False
         return sum(n * (f // per_pod) for f, n in self.counts.items()) >= pods
@@ -111,9 +111,13 @@ class Nodes:
     def place(self, per_pod: int, pods: int) -> list[int]:
         """First fit: the node of each pod (the first with its GPUs free), taken (they must
         fit)."""
+        if pods == 1 and 0 < per_pod <= self.tree[1]:  # most of a replay's starts
+            node = self.first_fit(per_pod)
+            self.add(node, -per_pod)
+            return [node]
         nodes: list[int] = []
         for _ in range(pods if per_pod > 0 else 0):
-            if self._tree[1] < per_pod:
+            if self.tree[1] < per_pod:
                 break
             node = self.first_fit(per_pod)
             nodes.append(node)
@@ -122,7 +126,7 @@ class Nodes:
 
     def first_fit(self, per_pod: int) -> int:
         """The first node with `per_pod` GPUs free (one must have them), down the max tree."""
-        tree, leaves, i = self._tree, self._leaves, 1
+        tree, leaves, i = self.tree, self._leaves, 1
         while i < leaves:
             i = 2 * i if tree[2 * i] >= per_pod else 2 * i + 1
         return i - leaves
@@ -159,7 +163,7 @@ class Product(Nodes):
         `take()`, by what it gains less what it gives, rather than release by release, again for
         the pod, and back for one that leaves (most of a replay's waiting queue is one pod each,
         stepped through on every plan)."""
-        if self._tree[1] >= per_pod:
+        if self.tree[1] >= per_pod:
             return Start(self.first_fit(per_pod), self.clock, [], {})
         free, releases, clock = self.free, self.releases, self.clock
         popped: list[tuple[datetime, int, int]] = []
@@ -179,7 +183,7 @@ class Product(Nodes):
         """One pod of `per_pod` GPUs (more than 0) started as first_start() finds it: (its node,
         when), or None. Most pods a replay's plan stays this way find their GPUs on the node the
         last release freed, free now: they take them with no Start made."""
-        if self._tree[1] >= per_pod:
+        if self.tree[1] >= per_pod:
             node = self.first_fit(per_pod)
             self.add(node, -per_pod)
             return node, self.clock

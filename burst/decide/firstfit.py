@@ -90,14 +90,23 @@ class FirstFitRun:
         # lined up so too, apart.
         self._lines: dict[str, tuple[_Lines, _Lines]] = {}
         self._queued: dict[str, tuple[deque[_Item], _Item]] = {}
+        # Each workload's line by its GPU request, pod shape and whether it is absent (None: it
+        # never fits), found once per kind rather than per workload.
+        kinds: dict[tuple[str | None, int, int, bool], deque[_Item] | None] = {}
+        queued, held_ = self._queued, self._held
         for order, w in enumerate(queue):
-            name = product_of(w)
-            if name in self._cluster and self._cluster[name].could_fit(w.gpus_per_pod, w.pods):
-                lines = self._lines.setdefault(name, ({}, {}))[w.uid in absent]
-                line = lines.setdefault((w.gpus_per_pod, w.pods), deque())
-                line.append((order, w))
-                if w.uid not in self._held:  # never asked for, never leaves
-                    self._queued[w.uid] = (line, (order, w))
+            uid = w.uid
+            kind = (w.accelerator, w.gpus_per_pod, w.pods, uid in absent)
+            if kind in kinds:
+                line = kinds[kind]
+            else:
+                line = kinds[kind] = self._line(w, product_of(w), kind[3])
+            if line is None:
+                continue
+            item = (order, w)
+            line.append(item)
+            if uid not in held_:  # never asked for, never leaves
+                queued[uid] = (line, item)
         self._starts: dict[str, tuple[datetime, int]] = {}  # start, and the release it came at
         self._log: list[_Release | _Start | _Absent] = []  # releases taken and starts, in turn
         self._at: list[tuple[datetime, int]] = [(now, 0)]  # each release: when, the log before it
@@ -107,6 +116,14 @@ class FirstFitRun:
         # that leave do so at once, and undoing a start and those after it cost what making them
         # did). Anything else asked places it first.
         self._paused: str | None = None
+
+    def _line(self, w: Workload, name: str | None, gone: bool) -> deque[_Item] | None:
+        """The line of workloads like `w` on product `name` (`gone`: of the absent); None where
+        its pods fit no set of the product's nodes."""
+        if name not in self._cluster or not self._cluster[name].could_fit(w.gpus_per_pod, w.pods):
+            return None
+        lines = self._lines.setdefault(name, ({}, {}))[gone]
+        return lines.setdefault((w.gpus_per_pod, w.pods), deque())
 
     def start(self, uid: str) -> datetime | None:
         """When the workload starts (an absent one: were it the only absent one); None if it never
@@ -169,15 +186,19 @@ class FirstFitRun:
         return paused
 
     def _step(self, asked: str) -> bool:
-        """Start what fits at the last release, pausing before the workload `asked` for, or take
-        the next release (False: none is left)."""
-        if not self._started:
-            self._unpause()
-            for name, (lines, absent) in self._lines.items():
-                if self._start_what_fits(self._cluster[name], name, lines, absent, asked):
-                    return True
-            self._started = True
-            return True
+        """Take the next release unless what fits at the last has yet to start (False: none is
+        left), then start what fits at it, pausing before the workload `asked` for."""
+        if self._started and not self._release():
+            return False
+        self._unpause()
+        for name, (lines, absent) in self._lines.items():
+            if self._start_what_fits(self._cluster[name], name, lines, absent, asked):
+                return True
+        self._started = True
+        return True
+
+    def _release(self) -> bool:
+        """Give the nodes the releases of the next time one comes (False: none is left)."""
         releases, undone, log = self._releases, self._undone, self._log
         at = None
         while releases and (at is None or releases[0][0] == at):
@@ -201,17 +222,25 @@ class FirstFitRun:
         """Start, in queue order, what fits at the last release (again: what has started stays
         so); True when paused before `asked`, which would start next."""
         at, index = self._at[-1][0], len(self._at) - 1
-        fits, held = p.fits, self._held
+        fits, held, tree = p.fits, self._held, p.tree
         # GPUs free only shrink while a release's starts are made: a line that does not fit now
         # fits no more until the next release, so only those that fit are looked at again (each
-        # start looked at every line, a tenth of a Philly replay with config/).
+        # start looked at every line, a tenth of a Philly replay with config/). One pod fits
+        # where the most free on a node (the tree's root) is enough: Nodes.fits, not called.
+        top = tree[1]
         ready = (  # as the cluster: no pod starts on a product with no GPU free
-            [(line, per, pods) for (per, pods), line in lines.items() if line and fits(per, pods)]
+            [
+                (line, per, pods)
+                for (per, pods), line in lines.items()
+                if line and (per <= top if pods == 1 else fits(per, pods))
+            ]
             if p.total > 0
             else []
         )
         alone = [
-            (line, per, pods) for (per, pods), line in absent.items() if line and fits(per, pods)
+            (line, per, pods)
+            for (per, pods), line in absent.items()
+            if line and (per <= top if pods == 1 else fits(per, pods))
         ]
         while True:
             first, head = None, 0
@@ -241,8 +270,16 @@ class FirstFitRun:
                 heapq.heappush(self._releases, end)
             self._starts[w.uid] = (at, index)
             self._log.append((p, first, item, nodes, ends))
-            ready = [s for s in ready if s[0] and fits(s[1], s[2])] if p.total > 0 else []
-            alone = [s for s in alone if s[0] and fits(s[1], s[2])]
+            top = tree[1]
+            ready = (
+                [s for s in ready if s[0] and (s[1] <= top if s[2] == 1 else fits(s[1], s[2]))]
+                if p.total > 0
+                else []
+            )
+            if alone:
+                alone = [
+                    s for s in alone if s[0] and (s[1] <= top if s[2] == 1 else fits(s[1], s[2]))
+                ]
 
     def _absent_start(
         self,
