@@ -180,7 +180,7 @@ class Placement:
         # whole nodes up for one of their GPUs (9.5 of the 12 % idle of a Philly replay).
         per_s = self._per_second(want)
         reusable = self.eligible_pools(p, w, spot_ok, shared=True)
-        reuse = best_reuse(reusable, w, want.runtime, deadline, self.now)
+        reuse = best_reuse(reusable, w, want.runtime, deadline, self.now, per_s)
         new: Cheapest | None = None
         priced = False  # whether `new` was looked for (None when no offer will do)
         if reuse is not None and not at_limit:

@@ -12,7 +12,8 @@ spot where the target knows its interruption rate are timed with restarts that d
 so no price order bounds their cost: they are all weighed (a plan has few).
 
 The choice is the one a scan of every eligible pool makes: the least (cost, finish, name), then
-the pool opened first (tests/unit/test_decide_pool_index.py compares the two). Shares are integer
+the pool opened first; with a price on waiting, the cost plus what the wait to the finish is
+worth at it (tests/unit/test_decide_pool_index.py compares the two). Shares are integer
 micro-units wherever the Decimal quotient they replace is exact, so every cost is the same to the
 micro-unit.
 """
@@ -73,9 +74,10 @@ class Choice:
     finish: datetime
     pool: OpenPool
     extra: int = 0
+    waiting: int = 0  # what the wait to its finish is worth at the policy's price on waiting
 
     def key(self) -> tuple[int, datetime, str, int]:
-        return (self.cost, self.finish, self.pool.name, self.pool.seq)
+        return (self.cost + self.waiting, self.finish, self.pool.name, self.pool.seq)
 
 
 def _better(choice: Choice | None, best: Choice | None) -> Choice | None:
@@ -85,7 +87,12 @@ def _better(choice: Choice | None, best: Choice | None) -> Choice | None:
 
 
 def _reuse_one(
-    pool: OpenPool, w: Workload, runtime: timedelta, finish_by: datetime | None, now: datetime
+    pool: OpenPool,
+    w: Workload,
+    runtime: timedelta,
+    finish_by: datetime | None,
+    now: datetime,
+    per_second: int = 0,
 ) -> Choice | None:
     """`w` in `pool` as it is: None if it does not fit or finishes too late."""
     if not pool.fits(w):
@@ -96,7 +103,7 @@ def _reuse_one(
     if finish_by is not None and finish > finish_by:
         return None
     cost = share_cost(w.gpus, pool.offer.gpus, node_cost(pool.hourly_micros, 1, run))
-    return Choice(cost, finish, pool)
+    return Choice(cost, finish, pool, waiting=per_second * int((finish - now).total_seconds()))
 
 
 def best_reuse(
@@ -105,15 +112,21 @@ def best_reuse(
     runtime: timedelta,
     finish_by: datetime | None,
     now: datetime,
+    per_second: int = 0,
 ) -> Choice | None:
-    """The cheapest pool `w` fits in as it is, that finishes it by `finish_by`."""
+    """The pool `w` fits in as it is, that finishes it by `finish_by`, of the least cost plus
+    what the wait to its finish is worth at `per_second` (USD micros a second sooner is worth:
+    a pool still launching finishes it later than one that is up)."""
     best: Choice | None = None
     for pool in eligible.interruptible:
-        best = _better(_reuse_one(pool, w, runtime, finish_by, now), best)
+        best = _better(_reuse_one(pool, w, runtime, finish_by, now, per_second), best)
     gpus, per_pod = w.gpus, w.gpus_per_pod
     # No pool from here on costs less than gpus x its price per GPU x the runtime, and prices per
-    # GPU only rise: compared in integers, lowered by the slack.
-    lower = gpus * int(runtime.total_seconds()) * (_SLACK - 1)
+    # GPU only rise: compared in integers, lowered by the slack. None finishes before the runtime
+    # is over: its wait is worth at least that much.
+    seconds = int(runtime.total_seconds())
+    lower = gpus * seconds * (_SLACK - 1)
+    least_waiting = per_second * seconds
     pools, shelf_end, blocks = eligible.reuse_blocks()
     at = 0
     for block in blocks:
@@ -127,7 +140,8 @@ def best_reuse(
         while at < block.end:
             pool = pools[at]
             hourly, offer_gpus = pool.hourly_micros, pool.offer.gpus
-            if best is not None and lower * hourly > best.cost * 3600 * _SLACK * offer_gpus:
+            bar = 0 if best is None else best.cost + best.waiting - least_waiting
+            if best is not None and lower * hourly > bar * 3600 * _SLACK * offer_gpus:
                 return best
             if pool.free_total < gpus or pool.free_max < per_pod or not pool.fits(w):
                 at += 1
@@ -139,7 +153,9 @@ def best_reuse(
             if finish_by is not None and finish > finish_by:
                 continue
             node_micros = node_cost(hourly, 1, runtime)
-            best = _better(Choice(share_cost(gpus, offer_gpus, node_micros), finish, pool), best)
+            waiting = per_second * int((finish - now).total_seconds())
+            cost = share_cost(gpus, offer_gpus, node_micros)
+            best = _better(Choice(cost, finish, pool, waiting=waiting), best)
     return best
 
 

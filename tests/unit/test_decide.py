@@ -763,6 +763,35 @@ def test_a_price_on_waiting_weighs_how_much_sooner_each_place_finishes() -> None
     assert placed["200"].estimated_finish < placed["50"].estimated_finish
 
 
+def test_a_price_on_waiting_weighs_which_pool_with_room_finishes_sooner() -> None:
+    # Two pools with room that each keep a node up past the run anyway: a cheaper one still
+    # launching on gcp-euw4 (2.71 USD a V100-hour, up in 8 minutes) and a dearer one that is up
+    # (3.82). The run of 2 h costs 2.23 USD less on the first and finishes 8 minutes later: worth
+    # 0.13 USD at a price on waiting of 1 USD per GPU-hour, 13.33 USD at 100.
+    busy = (NOW + 4 * H,)
+    launching = _pool(
+        "gcp-euw4-n1-standard-8-4xv100-od-1",
+        target="gcp-euw4",
+        offer=OfferKey("gcp", "europe-west4", "n1-standard-8", "on-demand", "V100", 4),
+        state="requested",
+        created=NOW,
+        free_gpus=(3,),
+        busy_until=busy,
+    )
+    up = _pool(free_gpus=(3,), busy_until=busy)
+    snap = Snapshot(
+        workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=(launching, up)
+    )
+    placed = {}
+    for price in (None, "1", "100"):
+        trigger = {"deadlineSafetyMargin": "30m"} | ({"waitPrice": price} if price else {})
+        cfg = make_config(("ml", policy_spec(trigger=trigger)))
+        placed[price] = dispatches(decide.plan(snap, CATALOG, cfg, NOW))["w1"]
+    assert placed[None].pool == placed["1"].pool == launching.name
+    assert placed["100"].pool == up.name
+    assert placed["100"].estimated_finish == placed["1"].estimated_finish - timedelta(minutes=8)
+
+
 def _one_pool_of_one_node(
     trigger: dict[str, str] | None = None, queueing: str = "StrictFIFO"
 ) -> Config:

@@ -56,8 +56,10 @@ def scan_reuse(
     runtime: timedelta,
     finish_by: datetime | None,
     now: datetime,
+    per_second: int = 0,
 ) -> Choice | None:
-    """The reuse step as it was: every eligible pool, in the order opened, shares in Decimal."""
+    """The reuse step as it was: every eligible pool, in the order opened, shares in Decimal;
+    each weighed by its cost plus what the wait to its finish is worth at `per_second`."""
     best: tuple[int, datetime, str, Choice] | None = None
     for pool in eligible.pools:
         if not pool.fits(w):
@@ -69,7 +71,8 @@ def scan_reuse(
             continue
         share = Decimal(w.gpus) / pool.offer.gpus
         cost = math.ceil(share * node_cost(pool.hourly_micros, 1, run))
-        reuse = (cost, finish, pool.name, Choice(cost, finish, pool))
+        waiting = per_second * int((finish - now).total_seconds())
+        reuse = (cost + waiting, finish, pool.name, Choice(cost, finish, pool, waiting=waiting))
         if best is None or reuse[:3] < best[:3]:
             best = reuse
     return None if best is None else best[3]
@@ -119,7 +122,15 @@ def random_config(rng: random.Random) -> Config:
         (
             "ml",
             policy_spec(
-                trigger={"deadlineSafetyMargin": "30m", "maxPendingWait": "1h"},
+                trigger={
+                    "deadlineSafetyMargin": "30m",
+                    "maxPendingWait": "1h",
+                    **(
+                        {"waitPrice": rng.choice(["0.5", "20", "400"])}
+                        if rng.random() < 0.4
+                        else {}
+                    ),
+                },
                 placement={
                     "targets": [t["name"] for t in TARGETS],
                     "capacity": rng.choice(["on-demand", "spot", "spot-if-slack"]),
