@@ -52,6 +52,17 @@ _Start = tuple[Product, "deque[_Item]", _Item, list[int], list[_Release]]
 _Absent = tuple["deque[_Item]", list[_Item]]
 # A workload planned onto a pool still launching, its run, and when its pool is expected up.
 Held = tuple[Workload, timedelta, datetime]
+_Shape = tuple["deque[_Item]", int, int]  # a line, its GPUs a pod, its pods
+
+
+def _shapes(lines: _Lines) -> list[_Shape]:
+    return [(line, per, pods) for (per, pods), line in lines.items()]
+
+
+def _fitting(shapes: Iterable[_Shape], top: int, fits: Callable[[int, int], bool]) -> list[_Shape]:
+    """The lines with a workload waiting whose pods fit now. One pod fits where the most GPUs free
+    on a node (`top`, the tree's root) are enough: Nodes.fits, not called."""
+    return [s for s in shapes if s[0] and (s[1] <= top if s[2] == 1 else fits(s[1], s[2]))]
 
 
 class FirstFitRun:
@@ -225,23 +236,10 @@ class FirstFitRun:
         fits, held, tree = p.fits, self._held, p.tree
         # GPUs free only shrink while a release's starts are made: a line that does not fit now
         # fits no more until the next release, so only those that fit are looked at again (each
-        # start looked at every line, a tenth of a Philly replay with config/). One pod fits
-        # where the most free on a node (the tree's root) is enough: Nodes.fits, not called.
-        top = tree[1]
-        ready = (  # as the cluster: no pod starts on a product with no GPU free
-            [
-                (line, per, pods)
-                for (per, pods), line in lines.items()
-                if line and (per <= top if pods == 1 else fits(per, pods))
-            ]
-            if p.total > 0
-            else []
-        )
-        alone = [
-            (line, per, pods)
-            for (per, pods), line in absent.items()
-            if line and (per <= top if pods == 1 else fits(per, pods))
-        ]
+        # start looked at every line, a tenth of a Philly replay with config/).
+        # As the cluster: no pod starts on a product with no GPU free.
+        ready = _fitting(_shapes(lines), tree[1], fits) if p.total > 0 else []
+        alone = _fitting(_shapes(absent), tree[1], fits)
         while True:
             first, head = None, 0
             for line, _, _ in ready:
@@ -270,20 +268,13 @@ class FirstFitRun:
                 heapq.heappush(self._releases, end)
             self._starts[w.uid] = (at, index)
             self._log.append((p, first, item, nodes, ends))
-            top = tree[1]
-            ready = (
-                [s for s in ready if s[0] and (s[1] <= top if s[2] == 1 else fits(s[1], s[2]))]
-                if p.total > 0
-                else []
-            )
+            ready = _fitting(ready, tree[1], fits) if p.total > 0 else []
             if alone:
-                alone = [
-                    s for s in alone if s[0] and (s[1] <= top if s[2] == 1 else fits(s[1], s[2]))
-                ]
+                alone = _fitting(alone, tree[1], fits)
 
     def _absent_start(
         self,
-        alone: list[tuple[deque[_Item], int, int]],
+        alone: list[_Shape],
         before: int | None,
         at: datetime,
         index: int,
