@@ -102,9 +102,10 @@ class OnPremSpec(KubernetesAccess):
     same order, but a workload that fits starts past an older one that does not (Kueue
     docs/concepts/cluster_queue.md, "Queueing strategy"; the scheduler sets a pod that does not
     fit aside in its unschedulable queue and takes the next, pkg/scheduler/internal/queue/
-    scheduling_queue.go). Set what the cluster does; StrictFIFO is the default."""
+    scheduling_queue.go). Set what the cluster does; unset, BestEffortFIFO, as Kueue's
+    ClusterQueues and the plain scheduler start work unless told otherwise."""
 
-    queueing: Literal["StrictFIFO", "BestEffortFIFO"] = "StrictFIFO"
+    queueing: Literal["StrictFIFO", "BestEffortFIFO"] = "BestEffortFIFO"
 
 
 class AwsCluster(Strict):
