@@ -139,26 +139,26 @@ class FirstFitRun:
     def start(self, uid: str) -> datetime | None:
         """When the workload starts (an absent one: were it the only absent one); None if it never
         does (its pods fit no set of its product's nodes, or it is not queued)."""
-        if uid not in self._queued:
-            return None
-        while uid not in self._starts:
-            if not self._step(uid):
-                return None
-        return self._starts[uid][0]
+        return self._starts[uid][0] if self._run_to(uid, None) else None
 
     def starts_by(self, uid: str, until: datetime) -> bool:
         """Whether the workload starts at `until` or before, the run taken no further than that
         tells (an absent one: were it the only absent one)."""
+        return self._run_to(uid, until) and self._starts[uid][0] <= until
+
+    def _run_to(self, uid: str, until: datetime | None) -> bool:
+        """Run until the workload starts (True), or no release is left before `until` (None: at
+        all) or it is not queued (False)."""
         if uid not in self._queued:
             return False
         while uid not in self._starts:
-            if self._started:
+            if until is not None and self._started:
                 upcoming = self._upcoming()
                 if upcoming is None or upcoming > until:
                     return False
             if not self._step(uid):
                 return False
-        return self._starts[uid][0] <= until
+        return True
 
     def _upcoming(self) -> datetime | None:
         """When the next release comes (None: none is left), those undone taken off the heap."""
