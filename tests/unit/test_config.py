@@ -57,6 +57,17 @@ def test_example_folder_as_a_whole(vocabulary: Vocabulary) -> None:
     assert cfg.budgets["cms-ml-monthly"].spec.amount == Decimal("5000.00")
 
 
+def test_a_cluster_queue_left_unsaid_is_kueues_default(vocabulary: Vocabulary) -> None:
+    # Kueue's ClusterQueue defaults queueingStrategy to BestEffortFIFO
+    # (apis/kueue/v1beta1/clusterqueue_types.go); the demo's ServiceConfig says nothing of it,
+    # and the simulation example asks for StrictFIFO, which its documented figures are of.
+    demo = load([ROOT / "burst" / "data" / "demo" / "config.yaml"], vocabulary)
+    example = load([ROOT / "docs" / "examples" / "simulate"], vocabulary)
+    assert demo.service is not None and example.service is not None
+    assert demo.service.spec.on_prem.queueing == "BestEffortFIFO"
+    assert example.service.spec.on_prem.queueing == "StrictFIFO"
+
+
 def _expected_problems() -> set[str]:
     """The problems the fixtures announce: `# expect@COLUMN path: message start` on each bad line."""
     expected = set()
