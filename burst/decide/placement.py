@@ -268,7 +268,7 @@ class Placement:
         """At the policy's pool limit only growing an open pool is left, or failing that a pool
         past its lifetime (reuse.best_at_pool_limit): the cheapest that fits."""
         draining = self.draining[want.policy.metadata.name]
-        best = best_at_pool_limit(eligible, draining, want, self.now)
+        best = best_at_pool_limit(eligible, draining, want, self.now, self._per_second(want))
         if best is None:
             return at_pool_limit(want.policy)
         why = self._refusal(want, best.cost, max_cost_usd, best.pool.offer, best.pool.hourly_micros)

@@ -167,6 +167,7 @@ def _grow_one(
     tail: timedelta,
     max_nodes: int,
     now: datetime,
+    per_second: int = 0,
 ) -> Choice | None:
     """`pool` grown by the nodes `w` needs: None if it fits already, would pass the node limit,
     has its offer backed off, or finishes too late."""
@@ -180,7 +181,8 @@ def _grow_one(
     finish = now + launches + run
     if finish_by is not None and finish > finish_by:
         return None
-    return Choice(node_cost(pool.hourly_micros, extra, launches + run + tail), finish, pool, extra)
+    cost = node_cost(pool.hourly_micros, extra, launches + run + tail)
+    return Choice(cost, finish, pool, extra, per_second * int((finish - now).total_seconds()))
 
 
 def best_growth(
@@ -191,24 +193,31 @@ def best_growth(
     tail: timedelta,
     max_nodes: int,
     now: datetime,
+    per_second: int = 0,
 ) -> Choice | None:
     """The cheapest pool to grow by the nodes `w` needs: whole nodes for the launch, the run and
-    the idle `tail` before teardown, finishing by `finish_by`."""
+    the idle `tail` before teardown, finishing by `finish_by`; with a price on waiting,
+    `per_second`, the cost plus what the wait to its finish is worth (a pool on a target that
+    launches sooner finishes it sooner)."""
     best: Choice | None = None
     for pool in eligible.interruptible:
-        best = _better(_grow_one(pool, w, runtime, finish_by, tail, max_nodes, now), best)
+        grown = _grow_one(pool, w, runtime, finish_by, tail, max_nodes, now, per_second)
+        best = _better(grown, best)
     fastest = eligible.fastest_launch
     if fastest is None or (finish_by is not None and now + fastest + runtime > finish_by):
         return best
     # No pool from here on costs less than one node at its price for the fastest launch, the run
-    # and the tail (node_cost's own arithmetic), and prices per node only rise.
+    # and the tail (node_cost's own arithmetic), and prices per node only rise; none finishes
+    # before the fastest launch and the run: its wait is worth at least that much.
     least = int((fastest + runtime + tail).total_seconds())
+    least_waiting = per_second * int((fastest + runtime).total_seconds())
+    bar = 0 if best is None else best.cost + best.waiting - least_waiting
     pods, per_pod = w.pods, w.gpus_per_pod
     # Of pools of one node size, price and launch time, the first that needs one node, or that
     # misses the deadline, settles the rest: none would cost less or finish sooner.
     settled: dict[int, tuple[int, timedelta]] = {}
     for block in eligible.growth_blocks(per_pod):
-        if best is not None and math.ceil(block.floor * least / 3600) > best.cost:
+        if best is not None and math.ceil(block.floor * least / 3600) > bar:
             return best
         if not block.pools:
             continue
@@ -219,13 +228,13 @@ def best_growth(
         if best is not None:
             # At least the nodes for the pods that its roomiest pool could not hold now.
             need = -(-(pods - block.free_total // per_pod) // (block.gpus_max // per_pod))
-            if math.ceil(block.floor * max(1, need) * least / 3600) > best.cost:
+            if math.ceil(block.floor * max(1, need) * least / 3600) > bar:
                 continue
         settled_hourly, settled_launch = settled.get(block.gpus_max, (-1, timedelta(0)))
         full = 0
         for pool in block.pools:
             hourly, launch = pool.hourly_micros, pool.launch
-            if best is not None and math.ceil(hourly * least / 3600) > best.cost:
+            if best is not None and math.ceil(hourly * least / 3600) > bar:
                 break
             if hourly == settled_hourly and launch == settled_launch:
                 continue
@@ -236,7 +245,7 @@ def best_growth(
             extra = pool.extra_nodes_for(w)
             if not extra or extra > max_nodes - nodes:
                 continue
-            if best is not None and math.ceil(hourly * extra * least / 3600) > best.cost:
+            if best is not None and math.ceil(hourly * extra * least / 3600) > bar:
                 continue
             finish = now + launch + runtime  # no restarts here: one launch, run = runtime
             late = finish_by is not None and finish > finish_by
@@ -245,7 +254,10 @@ def best_growth(
             if late:
                 continue
             cost = node_cost(hourly, extra, launch + runtime + tail)
-            best = _better(Choice(cost, finish, pool, extra), best)
+            waiting = per_second * int((finish - now).total_seconds())
+            choice = Choice(cost, finish, pool, extra, waiting)
+            if best is None or choice.key() < best.key():
+                best, bar = choice, cost + waiting - least_waiting
         settled[block.gpus_max] = (settled_hourly, settled_launch)
         if full:
             block.drop_full(max_nodes)
@@ -257,18 +269,20 @@ def best_at_pool_limit(
     draining: list[OpenPool],
     want: Want,
     now: datetime,
+    per_second: int = 0,
 ) -> Choice | None:
     """At the pool limit: the cheapest open pool to grow for `want` (whole nodes for the launch,
-    the run and the policy's idle TTL, within its node limit); failing that, the cheapest of the
-    `draining` pools, past their lifetime, that takes it as it is or grown, with its run there
-    ending before the last of the work the pool drains. That keeps no pool up longer than its
-    work does, and the pool's slot is held meanwhile anyway: on Philly, 56 of a policy's 64
+    the run and the policy's idle TTL, within its node limit; with a price on waiting,
+    `per_second`, the cost plus what the wait to its finish is worth); failing that, the cheapest
+    of the `draining` pools, past their lifetime, that takes it as it is or grown, with its run
+    there ending before the last of the work the pool drains. That keeps no pool up longer than
+    its work does, and the pool's slot is held meanwhile anyway: on Philly, 56 of a policy's 64
     pools were past their lifetime, each held by one long job on one or two nodes, while a
     thousand one-GPU jobs waited."""
     w, runtime, finish_by = want.w, want.runtime, want.finish_by
     spec = want.policy.spec
     tail, max_nodes = spec.teardown.idle_ttl, spec.limits.max_nodes_per_pool
-    best = best_growth(eligible, w, runtime, finish_by, tail, max_nodes, now)
+    best = best_growth(eligible, w, runtime, finish_by, tail, max_nodes, now, per_second)
     if best is not None:
         return best
     for pool in draining:
@@ -276,9 +290,9 @@ def best_at_pool_limit(
         if until is None or until <= now or not eligible.admits(pool):
             continue
         by = until if finish_by is None else min(until, finish_by)
-        choice = _reuse_one(pool, w, runtime, by, now)
+        choice = _reuse_one(pool, w, runtime, by, now, per_second)
         if choice is None:
-            choice = _grow_one(pool, w, runtime, by, tail, max_nodes, now)
+            choice = _grow_one(pool, w, runtime, by, tail, max_nodes, now, per_second)
         best = _better(choice, best)
     return best
 

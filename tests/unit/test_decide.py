@@ -792,6 +792,36 @@ def test_a_price_on_waiting_weighs_which_pool_with_room_finishes_sooner() -> Non
     assert placed["100"].estimated_finish == placed["1"].estimated_finish - timedelta(minutes=8)
 
 
+def test_at_the_pool_limit_a_price_on_waiting_weighs_which_pool_grown_finishes_sooner() -> None:
+    # Two full pools at the limit of two, each to grow by a node for a 1-GPU run of 2 h: on
+    # gcp-euw4 (10.83 USD a node-hour, a launch of 40 minutes here) or on aws-euc1 (15.29, 10
+    # minutes). The first costs 4.99 USD less for the launch, run and idle TTL, and finishes 30
+    # minutes later: worth 0.50 USD at a price on waiting of 1 USD per GPU-hour, 50 at 100.
+    targets = [
+        {**t, "provisioningEstimate": "40m"} if t["name"] == "gcp-euw4" else t for t in TARGETS
+    ]
+    slow = _pool(
+        "gcp-euw4-n1-standard-8-4xv100-od-1",
+        target="gcp-euw4",
+        offer=OfferKey("gcp", "europe-west4", "n1-standard-8", "on-demand", "V100", 4),
+        free_gpus=(0,),
+    )
+    fast = _pool(free_gpus=(0,))
+    snap = Snapshot(
+        workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=(slow, fast)
+    )
+    placed = {}
+    for price in (None, "1", "100"):
+        trigger = {"deadlineSafetyMargin": "30m"} | ({"waitPrice": price} if price else {})
+        spec = policy_spec(trigger=trigger, limits={"maxPools": 2})
+        cfg = make_config(("ml", spec), targets=targets)
+        placed[price] = dispatches(decide.plan(snap, CATALOG, cfg, NOW))["w1"]
+    assert placed[None].pool == placed["1"].pool == slow.name
+    assert "grows pool" in placed["1"].reason
+    assert placed["100"].pool == fast.name
+    assert placed["100"].estimated_finish == placed["1"].estimated_finish - timedelta(minutes=30)
+
+
 def _one_pool_of_one_node(
     trigger: dict[str, str] | None = None, queueing: str = "StrictFIFO"
 ) -> Config:

@@ -86,8 +86,10 @@ def scan_growth(
     tail: timedelta,
     max_nodes: int,
     now: datetime,
+    per_second: int = 0,
 ) -> Choice | None:
-    """Growing at the pool limit as it was: every eligible pool, in the order opened."""
+    """Growing at the pool limit as it was: every eligible pool, in the order opened; each
+    weighed by its cost plus what the wait to its finish is worth at `per_second`."""
     best: tuple[int, datetime, str, Choice] | None = None
     for pool in eligible.pools:
         if pool.unavailable or pool.nodes >= max_nodes:
@@ -101,8 +103,10 @@ def scan_growth(
         if finish_by is not None and finish > finish_by:
             continue
         total = node_cost(pool.hourly_micros, extra, launches + run + tail)
-        if best is None or (total, finish, pool.name) < best[:3]:
-            best = (total, finish, pool.name, Choice(total, finish, pool, extra))
+        waiting = per_second * int((finish - now).total_seconds())
+        if best is None or (total + waiting, finish, pool.name) < best[:3]:
+            choice = Choice(total, finish, pool, extra, waiting)
+            best = (total + waiting, finish, pool.name, choice)
     return None if best is None else best[3]
 
 
