@@ -28,7 +28,7 @@ from burst.decide.candidates import (
     expected_run,
 )
 from burst.decide.candidates import capacities as allowed_capacities
-from burst.decide.caps import Caps, node_cost
+from burst.decide.caps import Caps, Rates, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
 from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_reuse
 from burst.decide.sharing import SharedPools
@@ -139,14 +139,6 @@ class Placement:
         )
         return refusal if self._place(late, is_late=True) is not None else None
 
-    def _per_second(self, want: Want) -> int:
-        """USD micros a second sooner is worth to `want` at its policy's price on waiting."""
-        price = want.policy.spec.trigger.wait_price
-        if price is None:
-            return 0
-        hour = self.caps.rates.to_usd(Money.of(price, want.policy.spec.limits.currency))
-        return hour * want.w.gpus // 3600
-
     def _soonest_cloud_finish(
         self, want: Want, capacities: tuple[CapacityType, ...] | None = None
     ) -> datetime | None:
@@ -178,7 +170,7 @@ class Placement:
         # 1. Reuse a pool with free room, unless it would keep nodes up for this workload alone
         # for longer than a pool of its own costs: small jobs in the room of big nodes kept
         # whole nodes up for one of their GPUs (9.5 of the 12 % idle of a Philly replay).
-        per_s = self._per_second(want)
+        per_s = per_second(self.caps.rates, w, p)
         reusable = self.eligible_pools(p, w, spot_ok, shared=True)
         reuse = best_reuse(reusable, w, want.runtime, deadline, self.now, per_s)
         new: Cheapest | None = None
@@ -268,7 +260,9 @@ class Placement:
         """At the policy's pool limit only growing an open pool is left, or failing that a pool
         past its lifetime (reuse.best_at_pool_limit): the cheapest that fits."""
         draining = self.draining[want.policy.metadata.name]
-        best = best_at_pool_limit(eligible, draining, want, self.now, self._per_second(want))
+        best = best_at_pool_limit(
+            eligible, draining, want, self.now, per_second(self.caps.rates, want.w, want.policy)
+        )
         if best is None:
             return at_pool_limit(want.policy)
         why = self._refusal(want, best.cost, max_cost_usd, best.pool.offer, best.pool.hourly_micros)
@@ -401,3 +395,24 @@ def no_offer_reason(
         f"no cloud offer meets the deadline {at(w.deadline, now)}: "
         f"earliest cloud finish {at(soonest, now)}"
     )
+
+
+def room_finish(
+    placement: Placement, w: Workload, policy: BurstPolicy, runtime: timedelta
+) -> datetime | None:
+    """When the open pool with room that step 1 would reuse for `w` finishes it, or None: no pool
+    has room for it (by its deadline). Asked with a price on waiting, for the time that room
+    saves: a pool that is up starts the run sooner than any launch."""
+    spot_ok = placement.spot_ok(w, policy, runtime)
+    reusable = placement.eligible_pools(policy, w, spot_ok, shared=True)
+    per_s = per_second(placement.caps.rates, w, policy)
+    choice = best_reuse(reusable, w, runtime, w.deadline, placement.now, per_s)
+    return None if choice is None else choice.finish
+
+
+def per_second(rates: Rates, w: Workload, policy: BurstPolicy) -> int:
+    """USD micros a second sooner is worth to `w` at its policy's price on waiting."""
+    price = policy.spec.trigger.wait_price
+    if price is None:
+        return 0
+    return rates.to_usd(Money.of(price, policy.spec.limits.currency)) * w.gpus // 3600

@@ -41,8 +41,9 @@ Every pending burstable workload ends with an action or a Skip that says why, in
 
 from __future__ import annotations
 
+import functools
 import heapq
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from burst.amounts import Money
@@ -54,7 +55,7 @@ from burst.decide.caps import PlanError
 from burst.decide.existing import deletions, placement_for, unneeded
 from burst.decide.firstfit import Held, queue_order
 from burst.decide.onprem import Estimate, Sweep, queue_sweep
-from burst.decide.placement import Placement
+from burst.decide.placement import Placement, room_finish
 from burst.decide.pools import pool_actions
 from burst.decide.replan import AtRisk, at_risk, holding, launch_due, replan
 from burst.decide.triggers import (
@@ -145,6 +146,8 @@ class _Planner:
                 sweep.leaves(w, runtimes[w.uid])
             else:
                 sweep.stays(w, runtimes[w.uid])
+        # Those placed in room an open pool had took it: their own finish there is what counts.
+        finishes = {d.workload: d.estimated_finish for d in self.placement.dispatches}
         for w in pending:
             if w.uid not in placed:
                 continue
@@ -156,7 +159,7 @@ class _Planner:
             if latest is not None and not sweep.starts_by(w, runtime, latest):
                 continue  # its deadline still sends it: the queue is run no further for it
             est = sweep.left(w, runtime)
-            why, _, worth = self._why(w, policy, est, sweep, runtime)
+            why, _, worth = self._why(w, policy, est, sweep, runtime, finishes.get(w.uid))
             if why is None or (worth is not None and w.uid not in priced):
                 return None
         return sweep
@@ -167,6 +170,7 @@ class _Planner:
             self.snapshot, self.catalog, self.config, self.targets, closed, self.now
         )
         self.moved = replan(self.placement, self.risks, self.now)
+        self._why.room = functools.partial(room_finish, self.placement)
 
     def _unneeded(self) -> list[DeletePool]:
         """Idle pools no work is expected for before a new one launches, once the work is placed."""
@@ -365,17 +369,31 @@ class Reasons:
 
     def __init__(self, targets: Mapping[str, TargetSpec], now: datetime, explain: bool) -> None:
         self.targets, self.now, self.explain = targets, now, explain
+        # When the room an open pool has would finish a workload (the placement's, once open).
+        self.room: Callable[[Workload, BurstPolicy, timedelta], datetime | None] | None = None
 
     def __call__(
-        self, w: Workload, policy: BurstPolicy, est: Estimate, sweep: Sweep, runtime: timedelta
+        self,
+        w: Workload,
+        policy: BurstPolicy,
+        est: Estimate,
+        sweep: Sweep,
+        runtime: timedelta,
+        placed: datetime | None = None,
     ) -> tuple[str | Words | None, str, Money | None]:
         """(why it should burst, or None; why not, worded only when explaining; what the time it
         would save is worth, when that is the reason)."""
         why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
         if why is None and policy.spec.trigger.wait_price is not None:
-            # No trigger sends it: the time it would save may.
+            # No trigger sends it: the time it would save may, in a new pool or in room on one
+            # that is open (sooner than any launch where that pool is up).
             launch = fastest_launch(policy, self.targets)
-            saved = time_saved(w, policy, est, runtime, launch, self.now)
+            cloud = None if launch is None else self.now + launch + runtime
+            if est.finish is not None and est.finish > self.now + runtime and self.room:
+                room = self.room(w, policy, runtime) if placed is None else placed
+                if room is not None and (cloud is None or room < cloud):
+                    cloud = room
+            saved = time_saved(w, policy, est, cloud)
             if saved is not None:
                 return saved[0], why_not, saved[1]
         return why, why_not, None

@@ -141,18 +141,17 @@ def time_saved(
     w: Workload,
     policy: BurstPolicy,
     est: Estimate,
-    runtime: timedelta,
-    fastest_launch: timedelta | None,
-    now: datetime,
+    cloud_finish: datetime | None,
 ) -> tuple[str, Money] | None:
     """With a price on waiting (`trigger.waitPrice`): why the workload should burst and the most
-    its cloud run may cost, when the fastest cloud would finish it sooner than on-prem; None
+    its cloud run may cost, when a cloud would finish it sooner than on-prem (`cloud_finish`:
+    the soonest of a new pool on the fastest target and room on an open pool); None
     otherwise. The hours saved are priced per GPU, so a big job waiting long is worth the most,
     as Starburst's waiting budget grows with a job's size."""
     price = policy.spec.trigger.wait_price
-    if price is None or est.finish is None or fastest_launch is None:
+    if price is None or est.finish is None or cloud_finish is None:
         return None
-    saved = est.finish - (now + fastest_launch + runtime)
+    saved = est.finish - cloud_finish
     if saved <= timedelta(0):
         return None
     per_gpu_hour = Money.of(price, policy.spec.limits.currency)

@@ -792,6 +792,25 @@ def test_a_price_on_waiting_weighs_which_pool_with_room_finishes_sooner() -> Non
     assert placed["100"].estimated_finish == placed["1"].estimated_finish - timedelta(minutes=8)
 
 
+def test_a_price_on_waiting_counts_the_time_room_on_a_pool_that_is_up_saves() -> None:
+    # On-prem frees its GPUs in 5 minutes, sooner than any target launches a node (8-12), but a
+    # pool that is up has room now: the 2-hour run there finishes 5 minutes sooner, worth 16.67
+    # USD at 200 USD per GPU-hour, against 7.65 for its share of the node. Counting only new
+    # pools, no cloud looked sooner and it stayed.
+    onprem = OnPrem({"V100": 8}, (RunningWorkload("r", "V100", 8, NOW + timedelta(minutes=5)),))
+    up = _pool(free_gpus=(3,), busy_until=(NOW + 4 * H,))
+    snap = Snapshot(workloads=(workload(),), onprem=onprem, pools=(up,))
+    placed = {}
+    for price in (None, "1", "200"):
+        trigger = {"deadlineSafetyMargin": "30m"} | ({"waitPrice": price} if price else {})
+        cfg = make_config(("ml", policy_spec(trigger=trigger)))
+        placed[price] = dispatches(decide.plan(snap, CATALOG, cfg, NOW)).get("w1")
+    assert placed[None] is None and placed["1"] is None  # worth 0.08 USD at 1: it stays
+    assert placed["200"] is not None and placed["200"].pool == up.name
+    assert placed["200"].estimated_finish == NOW + 2 * H
+    assert "a cloud finishes it 5m sooner" in placed["200"].reason
+
+
 def test_at_the_pool_limit_a_price_on_waiting_weighs_which_pool_grown_finishes_sooner() -> None:
     # Two full pools at the limit of two, each to grow by a node for a 1-GPU run of 2 h: on
     # gcp-euw4 (10.83 USD a node-hour, a launch of 40 minutes here) or on aws-euc1 (15.29, 10
