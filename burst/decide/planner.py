@@ -382,7 +382,8 @@ class Reasons:
         placed: datetime | None = None,
     ) -> tuple[str | Words | None, str, Money | None]:
         """(why it should burst, or None; why not, worded only when explaining; what the time it
-        would save is worth, when that is the reason)."""
+        would save is worth, when that is the reason). `placed`: the finish of the place the plan
+        gave it already, which stands in for the room it took."""
         why, why_not = trigger(w, policy, est, sweep, self.now, self.explain)
         if why is None and policy.spec.trigger.wait_price is not None:
             # No trigger sends it: the time it would save may, in a new pool or in room on one
