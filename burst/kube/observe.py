@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from burst.clock import Clock
-from burst.kube.annotations import LONGEST, parse_time, read_annotations
+from burst.kube.annotations import LONGEST, BurstAnnotations, parse_time, read_annotations
 from burst.kube.events import EventRecorder
 from burst.kube.quantity import quantity
 from burst.kube.shapes import GPU, PodShape, catalog_gpu, workload_shape
@@ -67,6 +67,23 @@ class RunHistory:
 
     def forget(self, uid: str) -> None:
         self._seen.discard(uid)
+
+    def runtime(
+        self,
+        said: BurstAnnotations,
+        created: datetime,
+        namespace: str,
+        name: str,
+        gpus: int,
+        user: str,
+    ) -> tuple[timedelta | None, str]:
+        """A pending workload's runtime and where it came from: declared, else learned (at most
+        the time from its creation to its deadline), else none."""
+        if said.expected_runtime is not None:
+            return said.expected_runtime, "declared"
+        allowed = None if said.deadline is None else said.deadline - created
+        learned = self.learned.estimate(namespace, name, gpus, user, allowed)
+        return learned if learned is not None else (None, "")
 
     def retell(self, summaries: Mapping[str, _Summary]) -> set[str]:
         """The pending and running workloads of the namespaces taught something new since the
@@ -239,12 +256,9 @@ class Observer:
         if finished(obj):
             self.history.learn(obj, pods, namespace, shape.gpus * pods_wanted, user)
             return _Summary(None, [], namespace)
-        runtime, source = said.expected_runtime, "declared"
-        if runtime is None:
-            learned = self.history.learned.estimate(
-                namespace, meta["name"], shape.gpus * pods_wanted, user
-            )
-            runtime, source = learned if learned is not None else (None, "")
+        runtime, source = self.history.runtime(
+            said, created, namespace, meta["name"], shape.gpus * pods_wanted, user
+        )
         running = self._running(pods, shape, runtime)
         suspended = is_suspended(obj)
         burstable = labels.get(self.prefix + "burstable") == "true"

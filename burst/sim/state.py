@@ -185,7 +185,8 @@ def told_runtime(world: WorldState, i: int) -> int | None:
         elif world.runtimes == "noisy":
             told = world.guessed[i]
         elif world.runtimes == "learned":
-            found = world.learned.estimate(spec.team, spec.job_id, spec.gpus)
+            allowed = timedelta(seconds=spec.deadline - spec.submit)
+            found = world.learned.estimate(spec.team, spec.job_id, spec.gpus, allowed=allowed)
             told = None if found is None else int(found[0].total_seconds())
         else:
             told = None

@@ -313,9 +313,10 @@ def test_a_suspended_burstable_pytorchjob_is_pending_with_all_its_pods(kube: Any
 def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube: Any) -> None:
     """Three runs of `train-resnet` succeeded in 1, 2 and 3 hours (their status as the Job
     controller writes it); a fourth, pending with no runtime declared, is estimated at the p80 of
-    them, and says so. A failed run teaches nothing, a declared runtime stays declared. Three of
-    the runs of `train-vit` were alice's (`burst.dev/user`): her next run is estimated from hers
-    alone, anyone else's from all five."""
+    them, and says so; one whose deadline is two hours away, at those two hours. A failed run
+    teaches nothing, a declared runtime stays declared. Three of the runs of `train-vit` were
+    alice's (`burst.dev/user`): her next run is estimated from hers alone, anyone else's from all
+    five."""
     batch = client.BatchV1Api(kube)
     start = "2026-11-30T08:00:00Z"
 
@@ -347,6 +348,8 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
     batch.create_namespaced_job("default", gpu_job("train-resnet-7", suspend=True))
     batch.create_namespaced_job("default", job("train-vit-7", "alice"))
     batch.create_namespaced_job("default", job("train-vit-8", "bob"))
+    due = {"burst.dev/deadline": "2h"}
+    batch.create_namespaced_job("default", gpu_job("train-resnet-6", suspend=True, annotations=due))
     declared = {"burst.dev/expected-runtime": "30m"}
     batch.create_namespaced_job(
         "default", gpu_job("train-resnet-8", suspend=True, annotations=declared)
@@ -357,13 +360,18 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
 
         def estimated() -> dict[str, Any] | None:
             by = {w.name: w for w in watch.workloads()}
-            names = ("train-resnet-7", "train-vit-7", "train-vit-8")
+            names = ("train-resnet-6", "train-resnet-7", "train-vit-7", "train-vit-8")
             return by if all(n in by and by[n].expected_runtime for n in names) else None
 
         pending = wait_for(estimated)
         learned = pending["train-resnet-7"]
         assert learned.expected_runtime == timedelta(hours=3)
         assert learned.runtime_source == "learned: p80 of the last 3 runs of default/train-resnet/1"
+        due_soon = pending["train-resnet-6"]
+        assert due_soon.expected_runtime == timedelta(hours=2)
+        assert due_soon.runtime_source == (
+            "learned: p80 of the last 3 runs of default/train-resnet/1, at most the 2h to its deadline"
+        )
         assert pending["train-resnet-8"].expected_runtime == timedelta(minutes=30)
         assert pending["train-resnet-8"].runtime_source == "declared"
         hers, his = pending["train-vit-7"], pending["train-vit-8"]

@@ -77,3 +77,23 @@ def test_a_users_own_runs_answer_before_everyone_elses() -> None:
         timedelta(seconds=36_000),
         "learned: p80 of the last 6 runs of cms-ml/train/1",
     )
+
+
+def test_a_learned_estimate_longer_than_the_deadline_allows_is_capped_there() -> None:
+    """Its owner asked for a deadline a run as long as those like it could not meet: the deadline
+    says more of this run. Philly's job 75923 (19 minutes, 73 to its deadline) was learned at 18
+    hours, kept on-prem as lost, and missed."""
+    learned = Learned()
+    for i in range(3):
+        learned.observe("cms-ml", f"train-{i}", 8, 18 * 3600)
+    runs = "learned: p80 of the last 3 runs of cms-ml/train/8"
+    assert learned.estimate("cms-ml", "train-9", 8, allowed=timedelta(minutes=73)) == (
+        timedelta(minutes=73),
+        f"{runs}, at most the 1h13m to its deadline",
+    )
+    # A deadline that leaves the run time, none, or one already past at creation: as learned.
+    for allowed in (timedelta(hours=20), None, timedelta(0), timedelta(minutes=-5)):
+        assert learned.estimate("cms-ml", "train-9", 8, allowed=allowed) == (
+            timedelta(hours=18),
+            runs,
+        )

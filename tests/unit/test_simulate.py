@@ -15,7 +15,7 @@ from burst.amounts import Money
 from burst.cloud import catalog
 from burst.decide.pools import first_fit
 from burst.model import CLOUDS, Action, CreatePool, Dispatch, OfferKey, ResizePool
-from burst.sim import baselines, compare, simulate, variants
+from burst.sim import baselines, compare, simulate, state, variants
 from burst.sim.state import START, CloudModel
 from burst.sim.trace import SimJob
 from providers.sim import Latency
@@ -762,6 +762,22 @@ def test_what_burst_is_told_of_runtimes_changes_its_decisions_not_the_jobs() -> 
     assert learned[0] is None  # nothing had finished yet
     assert any(t is not None for t in learned)  # later ones learned from those before
     assert exact == replay(simulate.Burst(CFG), jobs)[1]  # exact is the default
+
+
+def test_a_learned_runtime_is_told_no_longer_than_the_jobs_deadline_allows() -> None:
+    """As the service learns it (runtimes.Learned): three runs of `train` took 10,000 s; the
+    fourth, due 2,000 s after it is submitted, is told those 2,000 s, and without the three
+    runs nothing."""
+    jobs = [job(f"train-{i + 1}", 20_000 * i, 10_000, 8, 100_000) for i in range(3)]
+    jobs.append(job("train-4", 70_000, 600, 8, 72_000))
+    world = simulate.World(
+        jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY, runtimes="learned"
+    )
+    assert state.told_runtime(world, 3) is None  # nothing has finished yet
+    world.told.clear()
+    world.run(simulate.Burst(CFG))
+    world.told.clear()
+    assert state.told_runtime(world, 3) == 2_000
 
 
 def test_each_product_on_prem_runs_the_jobs_that_ask_for_it() -> None:
