@@ -219,22 +219,24 @@ class Reconciler:
         }
         used: dict[str, list[tuple[int, datetime | None]]] = {}
         planned_on: dict[str, str] = {}  # the pool each planned workload waits on
-        for uid, dispatch, gpus, pods, runtime_s, since, name in s.execute(
+        now = self.clock.now()
+        for uid, dispatch, gpus, pods, runtime_s, started, name in s.execute(
             select(
                 Workload.uid,
                 DispatchRow.state,
                 Workload.gpus_per_pod,
                 Workload.pods,
                 Workload.expected_runtime_s,
-                DispatchRow.created_at,
+                DispatchRow.started_at,
                 Pool.name,
             )
             .join(DispatchRow, DispatchRow.workload_id == Workload.id)
             .join(Pool, Pool.id == DispatchRow.pool_id)
             .where(DispatchRow.state.in_(ACTIVE))
         ):
-            # Expected to end a runtime after its dispatch at the soonest (unknown without one).
-            end = None if runtime_s is None else since + timedelta(seconds=runtime_s)
+            # Expected to end a runtime after its copy started, or, not running yet, a runtime
+            # from now at the soonest (unknown without a runtime).
+            end = None if runtime_s is None else (started or now) + timedelta(seconds=runtime_s)
             used.setdefault(name, []).extend([(gpus, end)] * pods)
             if dispatch == "planned":
                 planned_on[uid] = name
@@ -246,7 +248,6 @@ class Reconciler:
             elif state == "planned":  # the plan may move it off a pool that launches late
                 pending.append(replace(w, phase="planned", planned_pool=planned_on.get(w.uid)))
         QUEUE.set(len(pending))
-        now = self.clock.now()
         # A pool with work is busy whatever its state (one grown for new work is `resizing`);
         # a ready one without is idle from the first pass that sees it so.
         for name in used:

@@ -398,6 +398,8 @@ class RemoteSteps(ClusterSteps):
             d, _ = load(s, f)
             d.state_reason = "ran"  # a Pending spell from now on is one of a lost node
             d.failures_at_run = update.failed_pods  # or of its own (see below)
+            if f.state_reason != "ran":  # running from now, within a sync interval
+                d.started_at = self.clock.now()
             self._changes += 1
         elif phase == "pending" and f.state_reason == "ran":
             # Its own failure: a pod counted failed since it ran, where the copy ignores
@@ -415,6 +417,7 @@ class RemoteSteps(ClusterSteps):
             # way the next pod waits, stuck if it does not start in time.
             d, _ = load(s, f)
             d.state_reason = None if own else LOST_NODE
+            d.started_at = None  # its next pod starts the run again
             d.updated_at = self.clock.now()
             self._changes += 1
         elif phase == "pending" and self.clock.now() - f.updated_at > STUCK_PENDING:

@@ -109,7 +109,7 @@ class CloudPools(OnPremQueue):
 
     def _plan(self, i: int, pool: Pool) -> None:
         self._unplan(i)
-        self.jobs[i].planned_pool, self.jobs[i].dispatched = pool, self.now
+        self.jobs[i].planned_pool = pool
         pool.planned.add(i)
         self._changed(pool)
         self.queued_as.pop(i, None)

@@ -80,7 +80,6 @@ class Job:
     started: float | None = None
     finished: float | None = None
     planned_pool: Pool | None = None
-    dispatched: float = 0.0  # its last dispatch: what the service dates its expected end from
     pool: Pool | None = None
     nodes: list[int] = field(default_factory=list)  # the pool's nodes its pods run on
     run_start: float = 0.0  # of its current run in a cloud
@@ -272,6 +271,10 @@ class WorldState:
         self.rank: dict[str, int] = {}
         self.roomy: dict[str, PoolView] = {}  # the views with a GPU free
         self.idling: dict[str, Pool] = {}  # the pools running nothing, with nothing planned
+        # The pools with work planned and not started, whose views move with the clock, and when
+        # the views were last brought up to date.
+        self.awaiting: dict[str, Pool] = {}
+        self.viewed_at = 0.0
         self.unavailable = UnavailableOffers(_VirtualClock(self))
         # When each policy sent a job to a cloud, the last hour of it (views.py sent_last_hour).
         self.sent: dict[str, collections.deque[float]] = {}

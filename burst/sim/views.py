@@ -6,7 +6,8 @@ Philly; between two of them only a few jobs arrive, start or end and only a few 
 nothing here is rebuilt per decision: the queue is kept in order as jobs come and go (queue.py), a
 job's Workload is made once, and a pool's view is rebuilt only when something it shows has changed
 (clouds.py marks the pool on every such event: nodes requested, up or gone, jobs planned, started or
-ended, the pool idle or not). `rebuilt_pool_views` builds every view from scratch, for tests to hold
+ended, the pool idle or not), and at each decision where work planned onto it has not started (it
+is expected to end a runtime from now). `rebuilt_pool_views` builds every view from scratch, for tests to hold
 the kept views against.
 """
 
@@ -28,16 +29,20 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
     """The pool as the decision sees it now, built from its nodes and planned jobs (and from its
     `last` view what never changes)."""
     free = [n.free for n in pool.alive]
-    # When each node's work is expected to end, by the runtimes the decision is told, from each
-    # job's dispatch, as the service dates it (service/loop.py): the service is not told when a
-    # copy started, nor when nodes still booting come up.
-    busy = [max((_ends(world, i) for i in n.jobs), default=None) for n in pool.alive]
+    # When each node's work is expected to end, by the runtimes the decision is told, as the
+    # service dates it (service/loop.py): a runtime after the run started (the service sees it
+    # start at its next sync), or for work not started, a runtime from now.
+    jobs = world.jobs
+    busy = [
+        max((jobs[i].run_start + runtime_told(world, i) for i in n.jobs), default=None)
+        for n in pool.alive
+    ]
     for i in pool.planned:  # planned work holds its room, as in the reconciler
         s = world.jobs[i].spec
         spots = first_fit(free, s.gpus_per_pod, s.pods)
         for k in spots or []:
             free[k] -= s.gpus_per_pod
-            end = _ends(world, i)
+            end = world.now + runtime_told(world, i)
             busy[k] = max(end, busy[k] or end)
     return PoolView(
         name=pool.name,
@@ -52,10 +57,6 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
         hourly=last.hourly if last else Money(pool.hourly_micros, "USD"),
         busy_until=tuple(None if b is None else world.dt(b) for b in busy),
     )
-
-
-def _ends(world: WorldState, i: int) -> float:
-    return world.jobs[i].dispatched + runtime_told(world, i)
 
 
 def rebuilt_pool_views(world: WorldState) -> tuple[PoolView, ...]:
@@ -124,24 +125,28 @@ class Views(CloudPools):
 
     def pool_views(self) -> tuple[PoolView, ...]:
         """Every live pool's view, in the order of `pools`."""
-        if self.stale:
-            self._review()
+        self._review()
         return self.view_list
 
     def pools_with_room(self) -> list[PoolView]:
         """The views of the pools with a GPU free on some node, in the order of `pool_views`."""
-        if self.stale:
-            self._review()
+        self._review()
         return sorted(self.roomy.values(), key=lambda v: self.rank[v.name])
 
     def idle_pools(self) -> list[Pool]:
         """The live pools that run nothing and have nothing planned, in the order of `pools`."""
-        if self.stale:
-            self._review()
+        self._review()
         return sorted(self.idling.values(), key=lambda p: self.rank[p.name])
 
     def _review(self) -> None:
-        """Rebuild the views of the pools changed since the last decision, and only those."""
+        """Rebuild the views of the pools changed since the last decision, and only those. Work
+        planned and not started is expected to end a runtime from now: its pool's view moves with
+        the clock."""
+        if self.viewed_at != self.now:
+            self.viewed_at = self.now
+            self.stale.update(self.awaiting.values())
+        if not self.stale:
+            return
         for pool in self.stale:
             name = pool.name
             if self.pools.get(name) is pool:
@@ -154,9 +159,14 @@ class Views(CloudPools):
                     self.idling.pop(name, None)
                 else:
                     self.idling[name] = pool
+                if pool.planned:
+                    self.awaiting[name] = pool
+                else:
+                    self.awaiting.pop(name, None)
             elif name not in self.pools:  # gone (not replaced: its successor is stale too)
                 self.roomy.pop(name, None)
                 self.idling.pop(name, None)
+                self.awaiting.pop(name, None)
         self.stale.clear()
         # Every live pool is built now: a new one is stale until it is.
         self.view_list = cast(tuple[PoolView, ...], tuple(self.views.values()))

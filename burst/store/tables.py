@@ -212,6 +212,10 @@ class Dispatch(Base):
     # The failed pods its copy counted when last seen running: whether a Pending spell after it
     # counts more tells the copy's own failure from a lost node (service/remote.py).
     failures_at_run: Mapped[int | None] = mapped_column(Integer)
+    # When its copy was first seen running since it was last Pending (None: not yet): the plan
+    # expects it to end a runtime after (service/loop.py), not a runtime after its dispatch,
+    # which onto a launching pool is the launch earlier.
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     epoch: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -80,8 +80,10 @@ def _dispatched(
     state: str,
     at: datetime,
     runtime_s: int | None = None,
+    started_at: datetime | None = None,
 ) -> None:
-    """A one-GPU workload of cms-ml and its dispatch onto `pool` (added too), `state` since `at`."""
+    """A one-GPU workload of cms-ml and its dispatch onto `pool` (added too), `state` since `at`,
+    its copy seen running since `started_at`."""
     work = Workload(
         uid=uid,
         kind="Job",
@@ -108,6 +110,7 @@ def _dispatched(
             epoch=1,
             created_at=at,
             updated_at=at,
+            started_at=started_at,
         )
     )
     s.commit()
@@ -211,6 +214,22 @@ def test_a_dispatch_is_moved_only_while_it_is_still_planned(
         assert [tuple(r) for r in rows] == [("late", "dispatched")]
 
 
+def _past_its_lifetime() -> Pool:
+    """A ready pool of one node of 4 V100 for demo-training, made an hour ago: past its lifetime."""
+    return pool_row(
+        name="old",
+        target="sim-aws",
+        provider="sim",
+        region="eu-central-1",
+        instance_type="p3.8xlarge",
+        gpus_per_node=4,
+        unit_price_micros=15_290_000,
+        policy="demo-training",
+        state="ready",
+        created_at=NOW - timedelta(hours=1),
+    )
+
+
 @pytest.mark.parametrize("told", [True, False])
 def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_a_run_that_ends_before_its_own(
     kube: Any, tmp_path: Path, told: bool
@@ -230,18 +249,7 @@ def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_a_run_that_ends_before
         reconciling(kube, tmp_path, cfg, clock, SimSettings()) as (reconciler, sessions),
         sessions() as s,
     ):
-        old = pool_row(
-            name="old",
-            target="sim-aws",
-            provider="sim",
-            region="eu-central-1",
-            instance_type="p3.8xlarge",
-            gpus_per_node=4,
-            unit_price_micros=15_290_000,
-            policy="demo-training",
-            state="ready",
-            created_at=NOW - timedelta(hours=1),
-        )
+        old = _past_its_lifetime()
         runtime_s = 3600 if told else None
         _dispatched(s, old, "long", "long", "dispatched", NOW - 10 * MINUTE, runtime_s)
         plan = reconciler._plan(s, ())
@@ -251,6 +259,32 @@ def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_a_run_that_ends_before
         assert dispatch.pool == "old" and "past its lifetime" in dispatch.reason
     else:
         assert not placed and "max 1 pools reached" in plan.skips[0].reason
+
+
+@pytest.mark.parametrize("started", [True, False])
+def test_a_run_on_a_pool_is_expected_to_end_a_runtime_after_its_copy_started(
+    kube: Any, tmp_path: Path, started: bool
+) -> None:
+    """The pool of the test above, its job dispatched 50 minutes ago for an hour's run, but seen
+    running only 5 minutes ago (its pool came up late): it ends in 55 minutes, not 10, and a new
+    30-minute job fits in the room before it. Not seen running yet, it ends an hour from now at
+    the soonest, and the job fits too."""
+    cfg = variants.with_limits(CFG, "demo-training", max_pools=1)
+    local = KubeObjects(kube)
+    local.ensure_namespace("cms-ml")
+    local.batch.create_namespaced_job(
+        "cms-ml", job_manifest("half", 1, deadline="2h", seconds=1800), _preload_content=False
+    )
+    with (
+        reconciling(kube, tmp_path, cfg, FakeClock(NOW), SimSettings()) as (reconciler, sessions),
+        sessions() as s,
+    ):
+        old = _past_its_lifetime()
+        since = NOW - 5 * MINUTE if started else None
+        _dispatched(s, old, "long", "long", "dispatched", NOW - 50 * MINUTE, 3600, since)
+        plan = reconciler._plan(s, ())
+    (dispatch,) = [a for a in plan.actions if isinstance(a, DispatchAction)]
+    assert dispatch.pool == "old" and "past its lifetime" in dispatch.reason
 
 
 def test_a_dispatch_records_the_policys_default_runtime_when_nothing_else_is_known(

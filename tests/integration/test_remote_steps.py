@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +309,32 @@ def test_a_copy_that_lost_its_node_and_stays_pending_is_requeued(
     copy.follow()
     assert copy.out.requeued == ["cms-ml/reclaimed"] and copy.workload().state == "requeued"
     assert remote.read("Job", "burst-cms-ml", copy.name) is None  # gone before the job resumed
+
+
+def test_a_copys_run_is_dated_from_when_it_is_seen_running_again_after_a_lost_node(
+    kube: Any, remote: KubeObjects, sessions: sessionmaker[Session]
+) -> None:
+    """The plan expects a copy to end a runtime after its run started (service/loop.py), which it
+    dated from the dispatch: onto a launching pool the launch too early, and after a lost node
+    the whole run lost. The follow step records when a copy is first seen running, forgets it
+    while the copy is Pending again, and records the next run's start."""
+
+    def started() -> datetime | None:
+        with sessions() as s:
+            return s.scalar(select(Dispatch.started_at))
+
+    copy = running_copy(kube, remote, sessions, "on-demand")
+    assert started() == copy.clock.now()
+    copy.clock.advance(timedelta(minutes=40))
+    copy.follow()  # still running: its start stays
+    assert started() == copy.clock.now() - timedelta(minutes=40)
+    copy.reclaim()
+    assert started() is None
+    copy.clock.advance(timedelta(minutes=20))
+    remote.core.create_node(pool_node())
+    wait_for(lambda: copy.ready() == 1)
+    copy.follow()
+    assert started() == copy.clock.now()
 
 
 def test_a_copy_whose_spot_node_is_reclaimed_is_requeued_at_once(

@@ -147,6 +147,7 @@ def test_a_pool_grown_or_left_by_a_job_between_decisions_is_seen_so() -> None:
         one("d", 100, 600, 1),
         one("e", 130, 600, 1),
         one("f", 260, 600, 1),
+        one("g", 400, 600, 1),
     ]
     seen: dict[float, list[tuple[int, tuple[int, ...]]]] = {}
     ends: dict[float, list[tuple[datetime | None, ...]]] = {}
@@ -162,9 +163,12 @@ def test_a_pool_grown_or_left_by_a_job_between_decisions_is_seen_so() -> None:
     world.run(Watching(Scripted()))
     # Three nodes, two held for b and c; then only c's (planned work holds room first fit).
     assert seen[180] == [(3, (0, 0, 1))] and seen[300] == [(3, (0, 1, 1))]
-    # Planned work is expected to end its runtime after its dispatch, as the service dates it
-    # (service/loop.py): the decision is not told when the nodes will come up (at t=360 here).
-    done = START + timedelta(seconds=60 + 600)
-    assert ends[180] == [(done, done, None)] and ends[300] == [(done, None, None)]
+    # Planned work not started is expected to end a runtime from now, as the service dates a
+    # copy not seen running (service/loop.py): the nodes come up at t=360, after both decisions.
+    at_180, at_300 = (START + timedelta(seconds=t + 600) for t in (180, 300))
+    assert ends[180] == [(at_180, at_180, None)] and ends[300] == [(at_300, None, None)]
+    # Once c runs (from t=360, when the nodes came up), a runtime after its start: at the tick
+    # after g queues.
+    assert ends[420] == [(START + timedelta(seconds=360 + 600), None, None)]
     assert world.jobs[2].started == 250 and not world.jobs[2].ran_in_cloud
     assert world.jobs[3].ran_in_cloud
