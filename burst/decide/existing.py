@@ -218,6 +218,9 @@ def open_existing(
         if target is None or hourly is None or policy is None:
             continue
         busy = list(pv.busy_until) if len(pv.busy_until) == pv.nodes else []
+        ready = expected_ready(pv, target, now)
+        if ready > now:  # nothing runs on it yet: the work told as ending a runtime from now
+            busy = [None if b is None else b + (ready - now) for b in busy]  # starts when it is up
         drains_until = None
         if now - pv.created >= policy.spec.teardown.max_lifetime:
             drains_until = max((b for b in busy if b is not None), default=None)
@@ -231,7 +234,7 @@ def open_existing(
                 pv.offer,
                 hourly,
                 pv.free_per_node(),
-                expected_ready(pv, target, now),
+                ready,
                 True,
                 pv.nodes,
                 pv.created,

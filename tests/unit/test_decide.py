@@ -746,6 +746,31 @@ def test_a_reuse_that_keeps_a_node_up_for_it_alone_loses_to_a_pool_of_its_own() 
         assert dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"].pool == pool.name
 
 
+def test_work_planned_onto_a_launching_pool_ends_a_runtime_after_the_pool_is_up() -> None:
+    # The service tells work planned onto a pool still launching as ending its runtime from now
+    # (its copy has not started: service/loop.py), but it starts when the pool is up, here in 40
+    # minutes. Three of the node's four V100 hold work of 1 h 45 m: it ends at +2 h 25 m, and a
+    # 2-hour run in the fourth GPU (+40 m to +2 h 40 m) keeps the node up 15 minutes more (about
+    # 3 USD), less than a node of its own (about 7). Taken as ending at +1 h 45 m, the work there
+    # seemed to leave the run 55 minutes alone on the node (11 USD): a pool of its own.
+    targets = [
+        {**t, "provisioningEstimate": "40m"} if t["name"] == "aws-euc1" else t for t in TARGETS
+    ]
+    launching = _pool(
+        state="requested",
+        created=NOW,
+        free_gpus=(1,),
+        busy_until=(NOW + timedelta(minutes=105),),
+    )
+    snap = Snapshot(
+        workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=(launching,)
+    )
+    cfg = make_config(targets=targets)
+    placed = dispatches(decide.plan(snap, CATALOG, cfg, NOW))["w1"]
+    assert placed.pool == launching.name, placed
+    assert placed.estimated_finish == NOW + timedelta(minutes=40) + 2 * H
+
+
 def test_a_price_on_waiting_weighs_how_much_sooner_each_place_finishes() -> None:
     # As above: the reuse adds 1 h 50 m of a 4-GPU node (about 22 USD), a 1-GPU node of its own
     # about 7 USD but it finishes 8 minutes later (gcp-euw4's launch). At a price on waiting of
