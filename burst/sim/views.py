@@ -6,9 +6,9 @@ Philly; between two of them only a few jobs arrive, start or end and only a few 
 nothing here is rebuilt per decision: the queue is kept in order as jobs come and go (queue.py), a
 job's Workload is made once, and a pool's view is rebuilt only when something it shows has changed
 (clouds.py marks the pool on every such event: nodes requested, up or gone, jobs planned, started or
-ended, the pool idle or not), and at each decision where work planned onto it has not started (it
-is expected to end a runtime from now). `rebuilt_pool_views` builds every view from scratch, for tests to hold
-the kept views against.
+ended, the pool idle or not), and at each decision while work planned onto it has not started (it
+is expected to end a runtime from now). `rebuilt_pool_views` builds every view from scratch, for
+tests to hold the kept views against.
 """
 
 from __future__ import annotations
