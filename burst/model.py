@@ -184,6 +184,10 @@ class PoolView:
     hourly: Money | None = None  # per node, as priced when the pool was created
     # Per node, when the work known on it is expected to end (None: none on it); empty: unknown.
     busy_until: tuple[datetime | None, ...] = ()
+    # Being resized: its first `nodes_up` nodes are up, the rest on their way since `resized_at`
+    # (the pool runs its jobs meanwhile, and shows as ready). None: every node is up.
+    nodes_up: int | None = None
+    resized_at: datetime | None = None
 
     def free_per_node(self) -> list[int]:
         return list(self.free_gpus) if self.free_gpus else [self.offer.gpus] * self.nodes

@@ -68,6 +68,8 @@ def _event(
         extra={"pool": pool.name, "target": pool.target, "state": to, "reason": reason},
     )
     pool.state, pool.nodes_desired, pool.updated_at = to, nodes, at
+    if to == "ready":  # what a resize adds is on its way until the pool is ready again
+        pool.nodes_ready = nodes
     if to == "failed" and pool.deleted_at is None:
         # Its instances are billed from their launch until the cloud is asked to let them go:
         # now (a launch that failed or timed out is deleted at once; a pool the cloud lost was
@@ -455,8 +457,10 @@ def pool_views(
                         busy[i] = max(end, busy[i] or end)
                     break
         offer = offer_of(row)
-        # A resizing pool runs its jobs: ready, with room on the nodes on their way.
+        # A resizing pool runs its jobs: ready, with room on the nodes on their way, asked for
+        # at its last change (the decision dates work there from when they are expected up).
         shown = {"requested": "creating", "resizing": "ready"}.get(row.state, row.state)
+        growing = row.state == "resizing" and row.nodes_ready < row.nodes_desired
         out.append(
             PoolView(
                 name=row.name,
@@ -471,6 +475,8 @@ def pool_views(
                 # as its dispatches reserve it (intents.py), not as the catalog prices it now
                 hourly=Money(row.unit_price_micros, row.currency),
                 busy_until=tuple(busy) if known else (),
+                nodes_up=row.nodes_ready if growing else None,
+                resized_at=row.updated_at if growing else None,
             )
         )
     return out

@@ -184,14 +184,26 @@ def placement_for(
 
 
 def expected_ready(pv: PoolView, target: TargetSpec, now: datetime) -> datetime:
-    """When a pool is expected to take work: now if ready; its launch estimate after it was
-    asked for while it launches; past that, the estimate again from now. A launch past its
-    estimate is in the latency's heavy tail: not ready any second (tight jobs piled onto it
-    would be late)."""
-    if pv.state not in LAUNCHING:
-        return now
-    ready = pv.created + target.provisioning
-    return ready if ready > now else now + target.provisioning
+    """When a pool is expected to take work: now if ready; while it launches, when_up from
+    when it was asked for."""
+    return when_up(pv.created, target, now) if pv.state in LAUNCHING else now
+
+
+def expected_up(pv: PoolView, target: TargetSpec, now: datetime) -> list[datetime | None]:
+    """Per node, when it is expected up (None: it is): the nodes a resize adds, when_up from when
+    they were asked for; empty when every node is up."""
+    up = pv.nodes_up
+    if up is None or pv.resized_at is None or not 0 <= up < pv.nodes:
+        return []
+    return [None] * up + [when_up(pv.resized_at, target, now)] * (pv.nodes - up)
+
+
+def when_up(asked: datetime, target: TargetSpec, now: datetime) -> datetime:
+    """When nodes asked for at `asked` are expected up: the launch estimate after that; past it,
+    the estimate again from now. A launch past its estimate is in the latency's heavy tail: not
+    up any second (tight jobs piled onto it would be late)."""
+    up = asked + target.provisioning
+    return up if up > now else now + target.provisioning
 
 
 def open_existing(
@@ -219,8 +231,16 @@ def open_existing(
             continue
         busy = list(pv.busy_until) if len(pv.busy_until) == pv.nodes else []
         ready = expected_ready(pv, target, now)
-        if ready > now:  # nothing runs on it yet: the work told as ending a runtime from now
-            busy = [None if b is None else b + (ready - now) for b in busy]  # starts when it is up
+        up = expected_up(pv, target, now)
+        # Nothing runs on a node not up yet: the work told as ending a runtime from now there
+        # starts when it is up.
+        if ready > now:
+            busy = [None if b is None else b + (ready - now) for b in busy]
+        elif up and busy:
+            busy = [
+                b if u is None or b is None else b + (u - now)
+                for b, u in zip(busy, up, strict=True)
+            ]
         drains_until = None
         if now - pv.created >= policy.spec.teardown.max_lifetime:
             drains_until = max((b for b in busy if b is not None), default=None)
@@ -240,5 +260,6 @@ def open_existing(
                 pv.created,
                 busy=busy,
                 drains_until=drains_until,
+                up=up,
             )
         )

@@ -176,7 +176,7 @@ class Placement:
         new: Cheapest | None = None
         priced = False  # whether `new` was looked for (None when no offer will do)
         if reuse is not None and not at_limit:
-            start = max(self.now, reuse.pool.ready_at)
+            start = reuse.pool.start(w, self.now)
             added = reuse.pool.node_time_added(w, start, reuse.finish)
             if added:
                 new = cheapest_new(
@@ -269,7 +269,7 @@ class Placement:
         if why is not None:
             return why
         pool = best.pool
-        pool.grow(best.extra)
+        pool.grow(best.extra, self.now)
         pool.place(want.w, best.finish)
         self._dispatch(want, pool, best.cost, best.finish, at_limit_words(best))
         return None
@@ -301,7 +301,7 @@ def _pool_for(placement: Placement, want: Want, c: Candidate) -> OpenPool:
     for pool in placement.pools_by_offer[(name, c.target.name, c.offer.key)]:
         extra = pool.extra_nodes_for(want.w)
         if extra is not None and extra <= limit.max_nodes_per_pool - pool.nodes:
-            pool.grow(extra)
+            pool.grow(extra, placement.now)
             return pool
     placement.pools_of_policy[name] += 1
     pool = OpenPool(

@@ -53,6 +53,9 @@ class OpenPool:
     busy: list[datetime | None] = field(default_factory=list)
     # Past its lifetime: when the last of its known work ends (reuse.best_at_pool_limit); else None.
     drains_until: datetime | None = None
+    # Per node, when it is expected up, for nodes on their way to a pool that takes work (None:
+    # up); empty when every node is.
+    up: list[datetime | None] = field(default_factory=list)
     watchers: list[_Block] = field(default_factory=list, repr=False, compare=False)
     _slots: dict[int, int] = field(default_factory=dict)  # pods that fit now, per pod size
 
@@ -79,7 +82,24 @@ class OpenPool:
     def fits(self, w: Workload) -> bool:
         return self.free_total >= w.gpus and self.extra_nodes_for(w) == 0
 
-    def grow(self, nodes: int) -> None:
+    def start(self, w: Workload, now: datetime) -> datetime:
+        """When `w` starts here, placed now: when the pool is up, or the last of the nodes it
+        takes that are on their way."""
+        start = max(now, self.ready_at)
+        if self.up:
+            nodes = first_fit(self.free, w.gpus_per_pod, w.pods)
+            assert nodes is not None
+            start = max([start, *(u for k in nodes if (u := self.up[k]) is not None)])
+        return start
+
+    def grow(self, nodes: int, now: datetime) -> None:
+        """Add `nodes` empty nodes, asked for now: up a launch from now, or with the pool if it
+        is up later."""
+        up = now + self.launch
+        if up > self.ready_at:
+            self.up = (self.up or [None] * self.nodes) + [up] * nodes
+        elif self.up:
+            self.up += [None] * nodes
         if self.busy:
             self.busy += [None] * nodes
         self._refresh(self.free + [self.offer.gpus] * nodes)

@@ -99,7 +99,7 @@ def _reuse_one(
         return None
     nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
     run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-    finish = max(now, pool.ready_at) + run
+    finish = pool.start(w, now) + run
     if finish_by is not None and finish > finish_by:
         return None
     cost = share_cost(w.gpus, pool.offer.gpus, node_cost(pool.hourly_micros, 1, run))
@@ -144,6 +144,10 @@ def best_reuse(
             if best is not None and lower * hourly > bar * 3600 * _SLACK * offer_gpus:
                 return best
             if pool.free_total < gpus or pool.free_max < per_pod or not pool.fits(w):
+                at += 1
+                continue
+            if pool.up:  # nodes on their way: when it starts depends on the nodes it takes
+                best = _better(_reuse_one(pool, w, runtime, finish_by, now, per_second), best)
                 at += 1
                 continue
             # The first on its shelf that fits is the one: the others cost the same and would

@@ -44,6 +44,9 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
             free[k] -= s.gpus_per_pod
             end = world.now + runtime_told(world, i)
             busy[k] = max(end, busy[k] or end)
+    # Nodes a resize added are on their way until up (the pool up and running its jobs meanwhile),
+    # asked for when the last of them was, as the service dates a resize from its last change.
+    coming = [n for n in pool.alive if n.ready_at > world.now] if pool.state == "ready" else []
     return PoolView(
         name=pool.name,
         target=pool.target,
@@ -56,6 +59,8 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
         idle_since=None if pool.idle_since is None else world.dt(pool.idle_since),
         hourly=last.hourly if last else Money(pool.hourly_micros, "USD"),
         busy_until=tuple(None if b is None else world.dt(b) for b in busy),
+        nodes_up=len(free) - len(coming) if coming else None,
+        resized_at=world.dt(max(n.requested for n in coming)) if coming else None,
     )
 
 

@@ -16,6 +16,27 @@ from burst.store import database, tables
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
+_POOL = dict(
+    name="p",
+    token="t",
+    target="aws-eu",
+    provider="aws",
+    region="eu-west-1",
+    instance_type="p3.2xlarge",
+    capacity="on-demand",
+    accelerator="V100",
+    gpus_per_node=1,
+    nodes_desired=1,
+    policy="ml",
+    unit_price_micros=3_060_000,
+    currency="USD",
+    price_source="catalog",
+    epoch=1,
+    created_at=NOW,
+    updated_at=NOW,
+)
+
+
 def _tables(engine: Engine) -> set[str]:
     return set(inspect(engine).get_table_names()) - {"alembic_version"}
 
@@ -39,6 +60,41 @@ def test_check_reports_an_old_or_drifted_schema(engine: Engine) -> None:
         conn.execute(text("DROP INDEX ix_pools_state"))
     with pytest.raises(database.SchemaError, match="differ"):
         database.check(engine)
+
+
+def test_each_pool_takes_its_nodes_ready_from_its_last_ready_event_on_upgrade(
+    engine: Engine,
+) -> None:
+    # Before revision 0013 nothing wrote nodes_ready: a pool resized after the upgrade would show
+    # every node as on its way. Each takes the nodes of its last transition to ready; one never
+    # ready, 0.
+    database.upgrade(engine, "0012")
+    make = database.sessions(engine)
+    with make.begin() as session:
+        for name, nodes in (("grown", 3), ("resizing", 5), ("launching", 2)):
+            session.add(
+                tables.Pool(**{**_POOL, "name": name, "token": name, "nodes_desired": nodes})
+            )
+    with make.begin() as session:
+        ids = dict(session.execute(select(tables.Pool.name, tables.Pool.id)).all())
+        events = (
+            ("grown", "creating", 1, 0),
+            ("grown", "ready", 1, 5),
+            ("grown", "resizing", 3, 6),
+            ("grown", "ready", 3, 9),
+            ("resizing", "ready", 2, 5),
+            ("resizing", "resizing", 5, 7),
+            ("launching", "creating", 2, 0),
+        )
+        for name, to, nodes, minute in events:
+            at = NOW + timedelta(minutes=minute)
+            session.add(
+                tables.PoolEvent(pool_id=ids[name], at=at, to_state=to, nodes=nodes, epoch=1)
+            )
+    database.upgrade(engine)
+    with make() as session:
+        ready = dict(session.execute(select(tables.Pool.name, tables.Pool.nodes_ready)).all())
+    assert ready == {"grown": 3, "resizing": 2, "launching": 0}
 
 
 def test_a_million_one_micro_charges_sum_exactly(engine: Engine) -> None:
@@ -97,25 +153,7 @@ def test_times_come_back_as_utc_and_naive_times_are_refused(engine: Engine) -> N
 def test_constraints_hold_on_every_database(engine: Engine) -> None:
     database.upgrade(engine)
     make = database.sessions(engine)
-    pool = dict(
-        name="p",
-        token="t",
-        target="aws-eu",
-        provider="aws",
-        region="eu-west-1",
-        instance_type="p3.2xlarge",
-        capacity="on-demand",
-        accelerator="V100",
-        gpus_per_node=1,
-        nodes_desired=1,
-        policy="ml",
-        unit_price_micros=3_060_000,
-        currency="USD",
-        price_source="catalog",
-        epoch=1,
-        created_at=NOW,
-        updated_at=NOW,
-    )
+    pool = _POOL
     with make.begin() as session:
         session.add(tables.Pool(**pool))
     for bad in ({"state": "exploded"}, {"capacity": "reserved"}, {"token": "t", "name": "q"}):

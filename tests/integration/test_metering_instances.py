@@ -294,3 +294,41 @@ def test_the_decision_sees_when_each_nodes_work_ends_while_every_runtime_is_know
         # One pod whose end nobody knows: no node's end is shown (a reuse is priced as before).
         (view,) = pool_views(s, {"p": [*used["p"], (1, None)]}, {})
         assert view.busy_until == ()
+
+
+def test_the_decision_sees_a_resizing_pools_new_nodes_on_their_way_until_it_is_ready(
+    world: World,
+) -> None:
+    # A resizing pool runs its jobs, so the decision takes it as ready; work placed on the nodes the
+    # resize adds starts when they are up, not now: the view says how many are up and since when the
+    # rest are on their way (the resize's own clock, as _follow_resize keeps it).
+    world.create("p", ON_DEMAND, 1)
+    _until_ready(world)
+    with world.sessions() as s:
+        (view,) = pool_views(s, {}, {})
+        assert (view.state, view.nodes, view.nodes_up, view.resized_at) == ("ready", 1, None, None)
+        world.provisioner.resize(s, "p", 3)
+        asked = world.clock.now()
+    world.passes(1)
+    with world.sessions() as s:
+        assert s.scalar(select(Pool.state)) == "resizing"
+        (view,) = pool_views(s, {}, {})
+        assert (view.state, view.nodes, view.nodes_up, view.resized_at) == ("ready", 3, 1, asked)
+    _until_ready(world)
+    with world.sessions() as s:
+        (view,) = pool_views(s, {}, {})
+        assert (view.nodes, view.nodes_up, view.resized_at) == (3, None, None)
+        # Shrunk, nothing is on its way.
+        world.provisioner.resize(s, "p", 2)
+        (view,) = pool_views(s, {}, {})
+        assert (view.nodes, view.nodes_up) == (2, None)
+
+
+def _until_ready(world: World) -> None:
+    """Passes until the one pool is ready (the simulated launch takes minutes)."""
+    for _ in range(30):
+        world.passes(1)
+        with world.sessions() as s:
+            if s.scalar(select(Pool.state)) == "ready":
+                return
+    raise AssertionError("not ready after 30 passes")

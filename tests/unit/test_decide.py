@@ -1344,3 +1344,51 @@ def test_one_its_wait_sends_is_estimated_as_if_the_others_its_wait_sends_had_lef
     held = Snapshot(workloads=(wide, replace(small, burstable=False)), onprem=onprem)
     plan = decide.plan(held, CATALOG, _one_pool_and_a_wait_trigger("BestEffortFIFO"), NOW)
     assert dispatches(plan)["wide"].reason.startswith("deadline at risk: est. on-prem finish 15:00")
+
+
+@pytest.mark.parametrize(
+    ("up", "asked", "start"),
+    [
+        (1, NOW - timedelta(minutes=2), NOW + timedelta(minutes=8)),  # aws-euc1: 10 m a launch
+        (1, NOW - timedelta(minutes=15), NOW + timedelta(minutes=10)),  # late: 10 m from now
+        (None, None, NOW),  # up: it starts now
+    ],
+)
+def test_work_on_the_room_a_resize_adds_starts_when_its_node_is_expected_up(
+    up: int | None, asked: datetime | None, start: datetime
+) -> None:
+    # A pool of two 4-V100 nodes being resized: the first up and full until +3 h, the second on
+    # its way since `asked`, with one GPU's work planned on it, told as ending in 3 h from now
+    # (it starts when the node is up). A 2-hour run on the second node's room, within that work,
+    # keeps no node up longer: it reuses the pool, and starts when the node is up. The service
+    # shows a resizing pool as ready (it runs its jobs).
+    growing = _pool(
+        nodes=2,
+        free_gpus=(0, 3),
+        busy_until=(NOW + 3 * H, NOW + 3 * H),
+        nodes_up=up,
+        resized_at=asked,
+    )
+    snap = Snapshot(workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=(growing,))
+    placed = dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"]
+    assert placed.pool == growing.name, placed
+    assert placed.estimated_finish == start + 2 * H
+
+
+def test_room_left_on_a_node_a_plan_adds_is_dated_from_when_the_node_is_up() -> None:
+    # One pool allowed, its one node of 4 V100 full until +3 h. The first job grows it by a node
+    # (up in 10 minutes); the second takes a GPU of that node's room: both finish a runtime after
+    # the node is up, not the second a runtime from now.
+    cfg = make_config(
+        ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))
+    )
+    full = _pool(free_gpus=(0,), busy_until=(NOW + 3 * H,))
+    jobs = (workload("a", deadline=NOW + 4 * H), workload("b", deadline=NOW + 4 * H))
+    plan = decide.plan(Snapshot(workloads=jobs, onprem=BUSY_V100, pools=(full,)), CATALOG, cfg, NOW)
+    placed = dispatches(plan)
+    assert [placed[uid].pool for uid in "ab"] == [full.name] * 2
+    assert [placed[uid].estimated_finish for uid in "ab"] == [
+        NOW + timedelta(minutes=10) + 2 * H
+    ] * 2
+    (resize,) = [a for a in plan.actions if isinstance(a, ResizePool)]
+    assert resize.nodes == 2

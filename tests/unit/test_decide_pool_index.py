@@ -66,7 +66,7 @@ def scan_reuse(
             continue
         nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
         run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-        finish = max(now, pool.ready_at) + run
+        finish = pool.start(w, now) + run  # nodes on their way: when those it takes are up
         if finish_by is not None and finish > finish_by:
             continue
         share = Decimal(w.gpus) / pool.offer.gpus
@@ -161,13 +161,18 @@ def random_pool(rng: random.Random, i: int, offers: list[tuple[str, OfferKey]]) 
     hourly = (
         Money(rng.choice([900_000, 2_500_000, 4_000_000]), "USD") if rng.random() < 0.2 else None
     )
+    state = rng.choice(["ready", "ready", "creating", "requested"])
+    # Some being resized, the nodes added on their way for up to a launch and more.
+    resized = state == "ready" and nodes > 1 and rng.random() < 0.3
     return PoolView(
         name=f"pool-{rng.randint(0, 9)}{i:03d}",
         target=target,
         policy=rng.choice(["ml", "ml", "ml", "other", "gone"]),
         offer=offer,
         nodes=nodes,
-        state=rng.choice(["ready", "ready", "creating", "requested"]),
+        state=state,
+        nodes_up=rng.randint(1, nodes - 1) if resized else None,
+        resized_at=NOW - timedelta(minutes=rng.randint(0, 15)) if resized else None,
         # Some still launching, each ready at its own time; most long since created.
         created=NOW - timedelta(minutes=rng.choice([rng.randint(0, 12), rng.randint(0, 600)])),
         free_gpus=tuple(rng.randint(0, offer.gpus) for _ in range(nodes)),
@@ -249,15 +254,18 @@ def test_the_random_snapshots_reach_every_way_into_an_open_pool(
 ) -> None:
     """The comparison above means something: its plans reuse pools, grow them at the pool limit,
     and refuse workloads for budgets and deadlines."""
-    reasons = []
+    reasons, onto = [], 0
     for seed in range(40):
         rng = random.Random(seed)
         cfg, snap = random_config(rng), random_snapshot(rng)
         plan = decide.plan(snap, CATALOG, cfg, NOW)
         reasons += [a.reason for a in plan.actions if isinstance(a, Dispatch)]
         reasons += [s.reason for s in plan.skips]
+        resizing = {p.name for p in snap.pools if p.nodes_up is not None}
+        onto += sum(isinstance(a, Dispatch) and a.pool in resizing for a in plan.actions)
     for found in ("reuses pool", "grows pool", "max", "budget cms", "deadline"):
         assert sum(found in r for r in reasons) >= 5, found
+    assert onto >= 5  # onto pools with nodes on their way
 
 
 @pytest.mark.parametrize("offer_gpus", [1, 2, 3, 4, 6, 7, 8, 12, 16])

@@ -172,3 +172,30 @@ def test_a_pool_grown_or_left_by_a_job_between_decisions_is_seen_so() -> None:
     assert ends[420] == [(START + timedelta(seconds=360 + 600), None, None)]
     assert world.jobs[2].started == 250 and not world.jobs[2].ran_in_cloud
     assert world.jobs[3].ran_in_cloud
+
+
+def test_a_ready_pools_new_nodes_are_seen_on_their_way_until_they_are_up() -> None:
+    # On-prem full for a day: b and c go to a pool of two nodes at t=60, up at t=360 (five
+    # minutes). At the decision of t=420 (d's arrival, decisions come each minute) it grows by a
+    # node, up at t=720: the decision between (e's, t=540) sees two of its three nodes up and the
+    # third asked for at t=420, as the service shows a resizing pool (the decision dates work
+    # there from when it is expected up); the one after (f's, t=840) sees all three up.
+    def one(name: str, submit: int, duration: int, gpus: int) -> SimJob:
+        return SimJob(name, submit, duration, gpus, 1, gpus, 10**6, "cms-ml")
+
+    jobs = [one("hog", 0, 86_400, 8), one("b", 10, 3000, 1), one("c", 20, 3000, 1)]
+    jobs += [one(name, t, 600, 1) for name, t in (("d", 400), ("e", 500), ("f", 800))]
+    seen: dict[float, list[tuple[int, int | None, datetime | None]]] = {}
+
+    class Growing(Scripted):
+        def decide(self, world: simulate.World) -> list[Action]:
+            seen[world.now] = [(v.nodes, v.nodes_up, v.resized_at) for v in world.pool_views()]
+            if world.now == 420:
+                return [ResizePool("p", 3, "", Money.zero("USD"))]
+            return super().decide(world) if world.now == 60 else []
+
+    world = simulate.World(jobs, {"V100": 8}, CFG, OFFERS, seed=1, clouds=STEADY)
+    world.run(Checked(Growing()))
+    assert seen[420] == [(2, None, None)]
+    assert seen[540] == [(3, 2, START + timedelta(seconds=420))]
+    assert seen[840] == [(3, None, None)]
