@@ -176,8 +176,7 @@ class Placement:
         new: Cheapest | None = None
         priced = False  # whether `new` was looked for (None when no offer will do)
         if reuse is not None and not at_limit:
-            start = reuse.pool.start(w, self.now)
-            added = reuse.pool.node_time_added(w, start, reuse.finish)
+            added = reuse.kept
             if added:
                 new = cheapest_new(
                     want, by_capacity, capacities, self.targets, self.unavailable, self.now, per_s

@@ -4,18 +4,22 @@ every one, so that a plan's time per workload barely grows with the number of op
 
 It reads the pools a request may use as pools.py keeps them (`EligiblePools`): for reuse by price
 per GPU (a share of a node is what a reuse costs), where pools of one price and node size form a
-shelf, soonest ready first, that costs a workload the same, so the first on a shelf that fits is
-the only one to weigh; for growth by price per node (whole nodes are what a growth costs), only
-node sizes that hold its pods. It passes over every block of pools without the room it needs, and
-stops once a lower bound of the cost of every pool still ahead is above the best found. Pools on
-spot where the target knows its interruption rate are timed with restarts that depend on the pool,
-so no price order bounds their cost: they are all weighed (a plan has few).
+shelf, soonest ready first, that costs a workload the same, so the first on a shelf that fits,
+keeps no node up past the work known there and has no node on its way is the last to weigh on
+it; for growth by price per node (whole nodes are what a growth costs), only node sizes that hold
+its pods. It passes over every block of pools without the room it needs, and stops once a lower
+bound of the cost of every pool still ahead is above the best found. Pools on spot where the
+target knows its interruption rate are timed with restarts that depend on the pool, so no price
+order bounds their cost: they are all weighed (a plan has few).
 
-The choice is the one a scan of every eligible pool makes: the least (cost, finish, name), then
-the pool opened first; with a price on waiting, the cost plus what the wait to the finish is
-worth at it (tests/unit/test_decide_pool_index.py compares the two). Shares are integer
-micro-units wherever the Decimal quotient they replace is exact, so every cost is the same to the
-micro-unit.
+The choice is the one a scan of every eligible pool makes: the least (cost, node time kept up,
+finish, name), then the pool opened first; with a price on waiting, the cost plus what the wait to
+the finish is worth at it (tests/unit/test_decide_pool_index.py compares the two). Of pools of one
+price, the one whose nodes the run keeps up least past their known work: room on a node whose
+work outlasts the run is paid for anyway, while a run past the work on a node keeps it up for the
+run alone (and room on nodes a resize adds, the run starting when they are up, often outlasts
+it). Shares are integer micro-units wherever the Decimal quotient they replace is exact, so every
+cost is the same to the micro-unit.
 """
 
 from __future__ import annotations
@@ -75,9 +79,10 @@ class Choice:
     pool: OpenPool
     extra: int = 0
     waiting: int = 0  # what the wait to its finish is worth at the policy's price on waiting
+    kept: timedelta = timedelta(0)  # a reuse: the node time it adds past the work known there
 
-    def key(self) -> tuple[int, datetime, str, int]:
-        return (self.cost + self.waiting, self.finish, self.pool.name, self.pool.seq)
+    def key(self) -> tuple[int, timedelta, datetime, str, int]:
+        return (self.cost + self.waiting, self.kept, self.finish, self.pool.name, self.pool.seq)
 
 
 def _better(choice: Choice | None, best: Choice | None) -> Choice | None:
@@ -99,11 +104,14 @@ def _reuse_one(
         return None
     nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
     run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-    finish = pool.start(w, now) + run
+    start = pool.start(w, now)
+    finish = start + run
     if finish_by is not None and finish > finish_by:
         return None
     cost = share_cost(w.gpus, pool.offer.gpus, node_cost(pool.hourly_micros, 1, run))
-    return Choice(cost, finish, pool, waiting=per_second * int((finish - now).total_seconds()))
+    waiting = per_second * int((finish - now).total_seconds())
+    kept = pool.node_time_added(w, start, finish) or timedelta(0)
+    return Choice(cost, finish, pool, waiting=waiting, kept=kept)
 
 
 def best_reuse(
@@ -146,20 +154,13 @@ def best_reuse(
             if pool.free_total < gpus or pool.free_max < per_pod or not pool.fits(w):
                 at += 1
                 continue
-            if pool.up:  # nodes on their way: when it starts depends on the nodes it takes
-                best = _better(_reuse_one(pool, w, runtime, finish_by, now, per_second), best)
-                at += 1
-                continue
-            # The first on its shelf that fits is the one: the others cost the same and would
-            # finish no sooner (or come later by name).
-            at = shelf_end[at]
-            finish = max(now, pool.ready_at) + runtime  # no restarts here: the run is the runtime
-            if finish_by is not None and finish > finish_by:
-                continue
-            node_micros = node_cost(hourly, 1, runtime)
-            waiting = per_second * int((finish - now).total_seconds())
-            cost = share_cost(gpus, offer_gpus, node_micros)
-            best = _better(Choice(cost, finish, pool, waiting=waiting), best)
+            choice = _reuse_one(pool, w, runtime, finish_by, now, per_second)
+            best = _better(choice, best)
+            # Past the first on its shelf that fits with no node on its way, if it keeps no node
+            # up longer or finishes too late, the others cost the same, keep no less and finish no
+            # sooner (or come later by name).
+            passed = not pool.up and (choice is None or not choice.kept)
+            at = shelf_end[at] if passed else at + 1
     return best
 
 

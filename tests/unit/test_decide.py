@@ -1392,3 +1392,16 @@ def test_room_left_on_a_node_a_plan_adds_is_dated_from_when_the_node_is_up() -> 
     ] * 2
     (resize,) = [a for a in plan.actions if isinstance(a, ResizePool)]
     assert resize.nodes == 2
+
+
+def test_of_two_pools_with_room_at_one_price_the_run_takes_the_one_it_keeps_up_no_longer() -> None:
+    # Two pools of the same offer with 3 V100 free: the work on `a` ends in 10 minutes, that on
+    # `b` in 3 h. A 2-hour run on `a` would keep its node up 1 h 50 m for itself alone, more than
+    # a node of its own costs; on `b` it keeps nothing up longer. The first by name that fits
+    # was taken, its node time weighed against a new pool: a new pool, and b's room left idle.
+    a = _pool("a", free_gpus=(3,), busy_until=(NOW + timedelta(minutes=10),))
+    b = _pool("b", free_gpus=(3,), busy_until=(NOW + 3 * H,))
+    snap = Snapshot(workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=(a, b))
+    plan = decide.plan(snap, CATALOG, make_config(), NOW)
+    assert dispatches(plan)["w1"].pool == "b"
+    assert not creates(plan)

@@ -59,23 +59,27 @@ def scan_reuse(
     per_second: int = 0,
 ) -> Choice | None:
     """The reuse step as it was: every eligible pool, in the order opened, shares in Decimal;
-    each weighed by its cost plus what the wait to its finish is worth at `per_second`."""
+    each weighed by its cost plus what the wait to its finish is worth at `per_second`, then by
+    the node time it keeps up past the work known there."""
     best: tuple[int, datetime, str, Choice] | None = None
     for pool in eligible.pools:
         if not pool.fits(w):
             continue
         nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
         run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-        finish = pool.start(w, now) + run  # nodes on their way: when those it takes are up
+        start = pool.start(w, now)  # nodes on their way: when those it takes are up
+        finish = start + run
         if finish_by is not None and finish > finish_by:
             continue
         share = Decimal(w.gpus) / pool.offer.gpus
         cost = math.ceil(share * node_cost(pool.hourly_micros, 1, run))
         waiting = per_second * int((finish - now).total_seconds())
-        reuse = (cost + waiting, finish, pool.name, Choice(cost, finish, pool, waiting=waiting))
-        if best is None or reuse[:3] < best[:3]:
+        kept = pool.node_time_added(w, start, finish) or timedelta(0)
+        choice = Choice(cost, finish, pool, waiting=waiting, kept=kept)
+        reuse = (cost + waiting, kept, finish, pool.name, choice)
+        if best is None or reuse[:4] < best[:4]:
             best = reuse
-    return None if best is None else best[3]
+    return None if best is None else best[4]
 
 
 def scan_growth(
@@ -171,6 +175,13 @@ def random_pool(rng: random.Random, i: int, offers: list[tuple[str, OfferKey]]) 
         offer=offer,
         nodes=nodes,
         state=state,
+        # Mostly with when each node's known work ends: a reuse keeps some up past it.
+        busy_until=tuple(
+            NOW + timedelta(minutes=rng.randint(1, 600)) if rng.random() < 0.8 else None
+            for _ in range(nodes)
+        )
+        if rng.random() < 0.7
+        else (),
         nodes_up=rng.randint(1, nodes - 1) if resized else None,
         resized_at=NOW - timedelta(minutes=rng.randint(0, 15)) if resized else None,
         # Some still launching, each ready at its own time; most long since created.
