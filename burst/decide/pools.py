@@ -82,16 +82,6 @@ class OpenPool:
     def fits(self, w: Workload) -> bool:
         return self.free_total >= w.gpus and self.extra_nodes_for(w) == 0
 
-    def start(self, w: Workload, now: datetime) -> datetime:
-        """When `w` starts here, placed now: when the pool is up, or the last of the nodes it
-        takes that are on their way."""
-        start = max(now, self.ready_at)
-        if self.up:
-            nodes = first_fit(self.free, w.gpus_per_pod, w.pods)
-            assert nodes is not None
-            start = max([start, *(u for k in nodes if (u := self.up[k]) is not None)])
-        return start
-
     def grow(self, nodes: int, now: datetime) -> None:
         """Add `nodes` empty nodes, asked for now: up a launch from now, or with the pool if it
         is up later."""
@@ -115,18 +105,23 @@ class OpenPool:
             left[k] -= w.gpus_per_pod
         self._refresh(left)
 
-    def node_time_added(self, w: Workload, start: datetime, finish: datetime) -> timedelta | None:
-        """The node time `w` adds, placed now, starting at `start` and ending at `finish`: on each
-        node it takes, how much longer than the work known there it keeps the node up; None when
-        the pool's work is not known."""
-        if not self.busy:
-            return None
+    def timed(self, w: Workload, now: datetime, run: timedelta) -> tuple[datetime, timedelta]:
+        """When `w`, placed here now for a run of `run`, ends (a run after the pool is up and the
+        last of the nodes it takes that are on their way), and how much longer than the work
+        known on those nodes it keeps them up (0 where the pool's work is not known)."""
+        start = max(now, self.ready_at)
+        if not self.up and not self.busy:
+            return start + run, timedelta(0)
         nodes = first_fit(self.free, w.gpus_per_pod, w.pods)
         assert nodes is not None
-        added = timedelta(0)
-        for k in dict.fromkeys(nodes):
-            added += max(timedelta(0), finish - max(start, self.busy[k] or start))
-        return added
+        taken = dict.fromkeys(nodes)
+        if self.up:
+            start = max([start, *(u for k in taken if (u := self.up[k]) is not None)])
+        finish = start + run
+        kept = timedelta(0)
+        for k in taken if self.busy else ():
+            kept += max(timedelta(0), finish - max(start, self.busy[k] or start))
+        return finish, kept
 
     def _refresh(self, free: list[int]) -> None:
         before = (self.free_max, self.free_total, len(self.free))

@@ -104,13 +104,11 @@ def _reuse_one(
         return None
     nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
     run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-    start = pool.start(w, now)
-    finish = start + run
+    finish, kept = pool.timed(w, now, run)
     if finish_by is not None and finish > finish_by:
         return None
     cost = share_cost(w.gpus, pool.offer.gpus, node_cost(pool.hourly_micros, 1, run))
     waiting = per_second * int((finish - now).total_seconds())
-    kept = pool.node_time_added(w, start, finish) or timedelta(0)
     return Choice(cost, finish, pool, waiting=waiting, kept=kept)
 
 

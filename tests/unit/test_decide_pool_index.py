@@ -67,14 +67,12 @@ def scan_reuse(
             continue
         nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
         run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-        start = pool.start(w, now)  # nodes on their way: when those it takes are up
-        finish = start + run
+        finish, kept = pool.timed(w, now, run)  # nodes on their way: when those it takes are up
         if finish_by is not None and finish > finish_by:
             continue
         share = Decimal(w.gpus) / pool.offer.gpus
         cost = math.ceil(share * node_cost(pool.hourly_micros, 1, run))
         waiting = per_second * int((finish - now).total_seconds())
-        kept = pool.node_time_added(w, start, finish) or timedelta(0)
         choice = Choice(cost, finish, pool, waiting=waiting, kept=kept)
         reuse = (cost + waiting, kept, finish, pool.name, choice)
         if best is None or reuse[:4] < best[:4]:
