@@ -12,29 +12,9 @@ from sqlalchemy import BigInteger, Engine, cast, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from burst.store import database, tables
+from tests.builders import pool_row
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-_POOL = dict(
-    name="p",
-    token="t",
-    target="aws-eu",
-    provider="aws",
-    region="eu-west-1",
-    instance_type="p3.2xlarge",
-    capacity="on-demand",
-    accelerator="V100",
-    gpus_per_node=1,
-    nodes_desired=1,
-    policy="ml",
-    unit_price_micros=3_060_000,
-    currency="USD",
-    price_source="catalog",
-    epoch=1,
-    created_at=NOW,
-    updated_at=NOW,
-)
 
 
 def _tables(engine: Engine) -> set[str]:
@@ -72,9 +52,7 @@ def test_each_pool_takes_its_nodes_ready_from_its_last_ready_event_on_upgrade(
     make = database.sessions(engine)
     with make.begin() as session:
         for name, nodes in (("grown", 3), ("resizing", 5), ("launching", 2)):
-            session.add(
-                tables.Pool(**{**_POOL, "name": name, "token": name, "nodes_desired": nodes})
-            )
+            session.add(pool_row(name=name, nodes_desired=nodes))
     with make.begin() as session:
         ids = dict(session.execute(select(tables.Pool.name, tables.Pool.id)).all())
         events = (
@@ -153,7 +131,25 @@ def test_times_come_back_as_utc_and_naive_times_are_refused(engine: Engine) -> N
 def test_constraints_hold_on_every_database(engine: Engine) -> None:
     database.upgrade(engine)
     make = database.sessions(engine)
-    pool = _POOL
+    pool = dict(
+        name="p",
+        token="t",
+        target="aws-eu",
+        provider="aws",
+        region="eu-west-1",
+        instance_type="p3.2xlarge",
+        capacity="on-demand",
+        accelerator="V100",
+        gpus_per_node=1,
+        nodes_desired=1,
+        policy="ml",
+        unit_price_micros=3_060_000,
+        currency="USD",
+        price_source="catalog",
+        epoch=1,
+        created_at=NOW,
+        updated_at=NOW,
+    )
     with make.begin() as session:
         session.add(tables.Pool(**pool))
     for bad in ({"state": "exploded"}, {"capacity": "reserved"}, {"token": "t", "name": "q"}):

@@ -108,6 +108,11 @@ def test_the_kept_views_are_the_rebuilt_ones_at_every_decision(policy: simulate.
     assert replace(again, decisions=out.decisions) == out
 
 
+def _job(name: str, submit: int, duration: int, gpus: int) -> SimJob:
+    """A one-pod job of the cms-ml team, due a million seconds into the replay (never late here)."""
+    return SimJob(name, submit, duration, gpus, 1, gpus, 10**6, "cms-ml")
+
+
 class Scripted:
     """At t=60 a pool of two 1-GPU nodes for the queued jobs; at t=120 a third node for none."""
 
@@ -136,18 +141,15 @@ def test_a_pool_grown_or_left_by_a_job_between_decisions_is_seen_so() -> None:
     # a pool at t=60 that is up at t=360; the pool grows by a node at t=120 with nothing for it;
     # b starts on-prem at t=250 and leaves the pool to c. Each decision after one change alone
     # (e's at t=180, f's at t=300) sees the pool as it is then.
-    def one(name: str, submit: int, duration: int, gpus: int) -> SimJob:
-        return SimJob(name, submit, duration, gpus, 1, gpus, 10**6, "cms-ml")
-
     jobs = [
-        one("hog", 0, 86_400, 7),
-        one("short", 0, 250, 1),
-        one("b", 10, 600, 1),
-        one("c", 20, 600, 1),
-        one("d", 100, 600, 1),
-        one("e", 130, 600, 1),
-        one("f", 260, 600, 1),
-        one("g", 400, 600, 1),
+        _job("hog", 0, 86_400, 7),
+        _job("short", 0, 250, 1),
+        _job("b", 10, 600, 1),
+        _job("c", 20, 600, 1),
+        _job("d", 100, 600, 1),
+        _job("e", 130, 600, 1),
+        _job("f", 260, 600, 1),
+        _job("g", 400, 600, 1),
     ]
     seen: dict[float, list[tuple[int, tuple[int, ...]]]] = {}
     ends: dict[float, list[tuple[datetime | None, ...]]] = {}
@@ -180,11 +182,8 @@ def test_a_ready_pools_new_nodes_are_seen_on_their_way_until_they_are_up() -> No
     # node, up at t=720: the decision between (e's, t=540) sees two of its three nodes up and the
     # third asked for at t=420, as the service shows a resizing pool (the decision dates work
     # there from when it is expected up); the one after (f's, t=840) sees all three up.
-    def one(name: str, submit: int, duration: int, gpus: int) -> SimJob:
-        return SimJob(name, submit, duration, gpus, 1, gpus, 10**6, "cms-ml")
-
-    jobs = [one("hog", 0, 86_400, 8), one("b", 10, 3000, 1), one("c", 20, 3000, 1)]
-    jobs += [one(name, t, 600, 1) for name, t in (("d", 400), ("e", 500), ("f", 800))]
+    jobs = [_job("hog", 0, 86_400, 8), _job("b", 10, 3000, 1), _job("c", 20, 3000, 1)]
+    jobs += [_job(name, t, 600, 1) for name, t in (("d", 400), ("e", 500), ("f", 800))]
     seen: dict[float, list[tuple[int, int | None, datetime | None]]] = {}
 
     class Growing(Scripted):
