@@ -11,6 +11,8 @@ from the most specific key with enough history, a high quantile of its last runs
 mean, because a job that runs longer than its estimate is the one that misses its deadline on-prem,
 and says where the estimate came from. An estimate longer than the time a workload's deadline
 leaves from its creation is capped at that time: its owner knows this run better than its like.
+`run_end` says when a run is expected to end once it has run past its estimate, on-prem and in a
+cloud alike.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any, overload
 
 from burst.durations import format_duration
 
@@ -81,3 +84,17 @@ class Learned:
                     )
                 return timedelta(seconds=at), source
         return None
+
+
+@overload
+def run_end(started: datetime, estimated: datetime, now: datetime) -> datetime: ...
+@overload
+def run_end(started: float, estimated: float, now: float) -> float: ...
+def run_end(started: Any, estimated: Any, now: Any) -> Any:
+    """When a run that started at `started` is expected to end: at its `estimated` end, or once
+    that is past, after as long again as it has run, the median remaining life of a heavy-tailed
+    runtime, as job runtimes are. Taking one past its estimate to end now made its room look
+    about to free for as long as it ran on: on-prem, the queue behind it never burst; in a
+    cloud, a pool past its lifetime at the pool cap took no work ending before its own, and a
+    reuse of its node was priced as keeping it up for the new run alone."""
+    return estimated if estimated > now else now + (now - started)

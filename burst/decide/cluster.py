@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from burst.model import OnPrem, RunningWorkload
+from burst.runtimes import run_end
 
 
 def largest_product(capacity: Mapping[str, int]) -> str | None:
@@ -284,14 +285,10 @@ def _node_of(r: RunningWorkload, index: Mapping[str, int], free: list[int]) -> i
 
 
 def expected_end(r: RunningWorkload, now: datetime) -> datetime:
-    """When a running workload is expected to let its GPUs go. One that has run past its estimate
-    (a guess, or learned from runs unlike it) is expected to run on for as long as it has run:
-    the median remaining life of a heavy-tailed runtime, as job runtimes are. Taking it to end now
-    made the queue behind it look about to start for as long as it kept running, so a job
-    waiting there never burst (with learned runtimes, most of the missed deadlines)."""
-    end = r.expected_end
-    if end > now:
-        return end
-    if r.started is not None and r.started < now:
-        return now + (now - r.started)
-    return now
+    """When a running workload is expected to let its GPUs go: past its estimate (a guess, or
+    learned from runs unlike it), as runtimes.run_end says (taking it to end now, a job waiting
+    behind it never burst: with learned runtimes, most of the missed deadlines); not seen
+    starting, at its estimate or now."""
+    if r.started is None or r.started >= now:
+        return max(r.expected_end, now)
+    return run_end(r.started, r.expected_end, now)

@@ -42,6 +42,7 @@ from burst.model import (
     Snapshot,
 )
 from burst.money import alerts, ledger
+from burst.runtimes import run_end
 from burst.service import logs
 from burst.service.intents import Intents
 from burst.service.remote import CLUSTER_ERRORS, Outcomes, RemoteSteps
@@ -234,9 +235,14 @@ class Reconciler:
             .join(Pool, Pool.id == DispatchRow.pool_id)
             .where(DispatchRow.state.in_(ACTIVE))
         ):
-            # Expected to end a runtime after its copy started, or, not running yet, a runtime
-            # from now at the soonest (unknown without a runtime).
-            end = None if runtime_s is None else (started or now) + timedelta(seconds=runtime_s)
+            # Expected to end a runtime after its copy started (past that, as runtimes.run_end
+            # says), or, not running yet, a runtime from now (unknown without a runtime).
+            begun = started or now
+            end = (
+                None
+                if runtime_s is None
+                else run_end(begun, begun + timedelta(seconds=runtime_s), now)
+            )
             used.setdefault(name, []).extend([(gpus, end)] * pods)
             if dispatch == "planned":
                 planned_on[uid] = name

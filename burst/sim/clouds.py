@@ -24,7 +24,7 @@ from burst.decide.pools import first_fit
 from burst.model import CreatePool
 from burst.money.meter import BILLING
 from burst.sim.queue import OnPremQueue
-from burst.sim.state import Node, Pool
+from burst.sim.state import Node, Pool, runtime_told
 
 
 class CloudPools(OnPremQueue):
@@ -141,6 +141,7 @@ class CloudPools(OnPremQueue):
             job.state, job.pool, job.nodes, job.planned_pool = "cloud", pool, spots, None
             self._changed(pool)
             job.run_start = self.now
+            job.told_end = self.now + runtime_told(self, i)
             job.started = self.now if job.started is None else job.started  # a restart keeps it
             for k in spots:
                 node = pool.nodes[k]

@@ -83,6 +83,7 @@ class Job:
     pool: Pool | None = None
     nodes: list[int] = field(default_factory=list)  # the pool's nodes its pods run on
     run_start: float = 0.0  # of its current run in a cloud
+    told_end: float = 0.0  # when that run ends by the runtime the decision is told (views.py)
     restarts: int = 0
     ran_in_cloud: bool = False
 
@@ -271,9 +272,9 @@ class WorldState:
         self.rank: dict[str, int] = {}
         self.roomy: dict[str, PoolView] = {}  # the views with a GPU free
         self.idling: dict[str, Pool] = {}  # the pools running nothing, with nothing planned
-        # The pools with work planned and not started, whose views move with the clock, and when
-        # the views were last brought up to date.
-        self.awaiting: dict[str, Pool] = {}
+        # The pools whose views move with the clock, and from when (views.py moves_from), and
+        # when the views were last brought up to date.
+        self.moving: dict[str, tuple[Pool, float]] = {}
         self.viewed_at = 0.0
         self.unavailable = UnavailableOffers(_VirtualClock(self))
         # When each policy sent a job to a cloud, the last hour of it (views.py sent_last_hour).

@@ -6,13 +6,15 @@ Philly; between two of them only a few jobs arrive, start or end and only a few 
 nothing here is rebuilt per decision: the queue is kept in order as jobs come and go (queue.py), a
 job's Workload is made once, and a pool's view is rebuilt only when something it shows has changed
 (clouds.py marks the pool on every such event: nodes requested, up or gone, jobs planned, started or
-ended, the pool idle or not), and at each decision while work planned onto it has not started (it
-is expected to end a runtime from now). `rebuilt_pool_views` builds every view from scratch, for
-tests to hold the kept views against.
+ended, the pool idle or not), and at each decision while its view moves with the clock: work
+planned onto it has not started (it is expected to end a runtime from now), or a run there is past
+its told end (expected to run on as long as it has run). `rebuilt_pool_views` builds every view
+from scratch, for tests to hold the kept views against.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import timedelta
 from typing import cast
@@ -21,6 +23,7 @@ from burst.amounts import Money
 from burst.decide.existing import SENT_WINDOW
 from burst.decide.pools import first_fit
 from burst.model import OnPrem, PoolView, Workload
+from burst.runtimes import run_end
 from burst.sim.clouds import CloudPools
 from burst.sim.state import Pool, WorldState, runtime_told, told_runtime
 
@@ -31,10 +34,11 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
     free = [n.free for n in pool.alive]
     # When each node's work is expected to end, by the runtimes the decision is told, as the
     # service dates it (service/loop.py): a runtime after the run started (the service sees it
-    # start at its next sync), or for work not started, a runtime from now.
-    jobs = world.jobs
+    # start at its next sync; past that, as runtimes.run_end says), or for work not started, a
+    # runtime from now.
+    jobs, now = world.jobs, world.now
     busy = [
-        max((jobs[i].run_start + runtime_told(world, i) for i in n.jobs), default=None)
+        max((run_end((j := jobs[i]).run_start, j.told_end, now) for i in n.jobs), default=None)
         for n in pool.alive
     ]
     for i in pool.planned:  # planned work holds its room, as in the reconciler
@@ -62,6 +66,15 @@ def pool_view(world: WorldState, pool: Pool, last: PoolView | None = None) -> Po
         nodes_up=len(free) - len(coming) if coming else None,
         resized_at=world.dt(max(n.requested for n in coming)) if coming else None,
     )
+
+
+def moves_from(world: WorldState, pool: Pool) -> float | None:
+    """From when the pool's view moves with the clock (None: it does not): at once with work
+    planned and not started (expected to end a runtime from now), else from the first of its
+    runs' told ends (past it, a run is expected to run on as long as it has run)."""
+    if pool.planned:
+        return -math.inf
+    return min((world.jobs[i].told_end for n in pool.alive for i in n.jobs), default=None)
 
 
 def rebuilt_pool_views(world: WorldState) -> tuple[PoolView, ...]:
@@ -144,12 +157,11 @@ class Views(CloudPools):
         return sorted(self.idling.values(), key=lambda p: self.rank[p.name])
 
     def _review(self) -> None:
-        """Rebuild the views of the pools changed since the last decision, and only those. Work
-        planned and not started is expected to end a runtime from now: its pool's view moves with
-        the clock."""
+        """Rebuild the views of the pools changed since the last decision, and those whose views
+        move with the clock (moves_from), and only those."""
         if self.viewed_at != self.now:
             self.viewed_at = self.now
-            self.stale.update(self.awaiting.values())
+            self.stale.update(p for p, since in self.moving.values() if since <= self.now)
         if not self.stale:
             return
         for pool in self.stale:
@@ -164,14 +176,15 @@ class Views(CloudPools):
                     self.idling.pop(name, None)
                 else:
                     self.idling[name] = pool
-                if pool.planned:
-                    self.awaiting[name] = pool
+                since = moves_from(self, pool)
+                if since is None:
+                    self.moving.pop(name, None)
                 else:
-                    self.awaiting.pop(name, None)
+                    self.moving[name] = (pool, since)
             elif name not in self.pools:  # gone (not replaced: its successor is stale too)
                 self.roomy.pop(name, None)
                 self.idling.pop(name, None)
-                self.awaiting.pop(name, None)
+                self.moving.pop(name, None)
         self.stale.clear()
         # Every live pool is built now: a new one is stale until it is.
         self.view_list = cast(tuple[PoolView, ...], tuple(self.views.values()))

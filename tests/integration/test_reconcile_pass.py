@@ -261,14 +261,20 @@ def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_a_run_that_ends_before
         assert not placed and "max 1 pools reached" in plan.skips[0].reason
 
 
-@pytest.mark.parametrize("started", [True, False])
+@pytest.mark.parametrize(
+    ("runtime_s", "started"),
+    [(3600, 5), (3600, None), (1200, 50)],
+    ids=["started late", "not running", "past its estimate"],
+)
 def test_a_run_on_a_pool_is_expected_to_end_a_runtime_after_its_copy_started(
-    kube: Any, tmp_path: Path, started: bool
+    kube: Any, tmp_path: Path, runtime_s: int, started: int | None
 ) -> None:
     """The pool of the test above, its job dispatched 50 minutes ago for an hour's run, but seen
     running only 5 minutes ago (its pool came up late): it ends in 55 minutes, not 10, and a new
     30-minute job fits in the room before it. Not seen running yet, it ends an hour from now at
-    the soonest, and the job fits too."""
+    the soonest, and the job fits too. Seen running 50 minutes ago and told 20, it has run half
+    an hour past its estimate and is expected to run on for 50 minutes more (runtimes.run_end):
+    the job fits; taken to have ended with its estimate, the pool took nothing."""
     cfg = variants.with_limits(CFG, "demo-training", max_pools=1)
     local = KubeObjects(kube)
     local.ensure_namespace("cms-ml")
@@ -280,8 +286,8 @@ def test_a_run_on_a_pool_is_expected_to_end_a_runtime_after_its_copy_started(
         sessions() as s,
     ):
         old = _past_its_lifetime()
-        since = NOW - 5 * MINUTE if started else None
-        _dispatched(s, old, "long", "long", "dispatched", NOW - 50 * MINUTE, 3600, since)
+        since = None if started is None else NOW - started * MINUTE
+        _dispatched(s, old, "long", "long", "dispatched", NOW - 50 * MINUTE, runtime_s, since)
         plan = reconciler._plan(s, ())
     (dispatch,) = [a for a in plan.actions if isinstance(a, DispatchAction)]
     assert dispatch.pool == "old" and "past its lifetime" in dispatch.reason
