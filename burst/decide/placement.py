@@ -30,7 +30,7 @@ from burst.decide.candidates import (
 from burst.decide.candidates import capacities as allowed_capacities
 from burst.decide.caps import Caps, Rates, node_cost
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
-from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_reuse
+from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_drained, best_reuse, better
 from burst.decide.sharing import SharedPools
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets, at_pool_limit, kind_of
@@ -105,7 +105,7 @@ class Placement:
         pool.seq = len(self.pools)
         pool.unavailable = pool.offer in self.unavailable
         self.pools.append(pool)
-        if pool.drains_until is not None:  # only at the pool limit, for work that ends before it
+        if pool.drains_until is not None:  # only for work that ends before it (reuse.py)
             self.draining[pool.policy].append(pool)
             return pool
         self.pools_by_offer[(pool.policy, pool.target.name, pool.offer)].append(pool)
@@ -173,6 +173,10 @@ class Placement:
         per_s = per_second(self.caps.rates, w, p)
         reusable = self.eligible_pools(p, w, spot_ok, shared=True)
         reuse = best_reuse(reusable, w, want.runtime, deadline, self.now, per_s)
+        draining = self.draining[p.metadata.name]
+        if draining and not at_limit:  # at the limit, they may grow too (step 2)
+            own = self.eligible_pools(p, w, spot_ok)
+            reuse = better(best_drained(own, draining, want, self.now, per_s), reuse)
         new: Cheapest | None = None
         priced = False  # whether `new` was looked for (None when no offer will do)
         if reuse is not None and not at_limit:
@@ -197,6 +201,8 @@ class Placement:
             if why is None:
                 pool.place(w, reuse.finish)
                 where = f"reuses pool {pool.name} with free room"
+                if pool.drains_until is not None:
+                    where = at_limit_words(reuse)
                 if pool.policy != p.metadata.name:
                     where += f" (policy {pool.policy} shares it)"
                 self._dispatch(want, pool, reuse.cost, reuse.finish, where)

@@ -284,6 +284,12 @@ class Waiting:
             pool = _with_room(same, spec.gpus_per_pod, spec.pods)
             if pool is None:
                 self._no_fit.add(mine)
+        if pool is None and lapsed and self._pools < self._max_pools:
+            # Below the cap, a pool past its lifetime takes the job in its room alone, as
+            # burst's does (decide/reuse.py, best_drained).
+            pool = _late_pool(choice, spec, lapsed, actions, ends, 0)
+            if pool is not None:
+                return pool
         if pool is None and new and self._pools < self._max_pools:
             self._pools += 1
             self._made += 1
@@ -365,8 +371,8 @@ def _late_pool(
     max_nodes: int,
 ) -> str | None:
     """One of `lapsed` (the pools of the choice's offer past their lifetime), with work that
-    ends after `ends`, that holds the job as it is or grown to at most `max_nodes`; its room
-    taken."""
+    ends after `ends`, that holds the job as it is or grown to at most `max_nodes` (0: as it
+    is); its room taken."""
     offer = choice.offer
     for name, (free, until) in lapsed.items():
         if ends > until:

@@ -990,11 +990,12 @@ def test_a_pool_past_its_lifetime_drains_its_work_and_takes_no_more() -> None:
     assert dispatch.pool != "old"
 
 
-def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_work_that_ends_before_its_own() -> None:
+def test_a_pool_past_its_lifetime_takes_work_that_ends_before_its_own() -> None:
     # maxPools 1, and the one pool is past its lifetime: one node of 4 V100 with 1 free, its run
     # ending in 10 h. A 2 h job takes its free GPU: it ends before that run does and so keeps the
     # pool up no longer, while the pool's slot is held anyway. A 12 h job would keep it up 2 h
-    # more: refused at the limit. Under the limit the old pool takes no new work at all.
+    # more: refused at the limit. Under the limit the old pool's room takes the short job too
+    # (it is up that long anyway), but the pool is grown only at the limit.
     cfg = make_config(
         ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 1}))
     )
@@ -1019,14 +1020,18 @@ def test_at_the_pool_limit_a_pool_past_its_lifetime_takes_work_that_ends_before_
     )
     (resize,) = [a for a in plan.actions if isinstance(a, ResizePool)]
     assert (resize.pool, resize.nodes, dispatches(plan)["short"].pool) == ("old", 2, "old")
-    # With room for a second pool, the short job gets a new one.
+    # With room for a second pool, the short job takes the old pool's free GPU all the same;
+    # the long one, and the short one when the old pool is full, get a new pool.
     roomy = make_config(
         ("ml", policy_spec(placement={"targets": ["aws-euc1"]}, limits={"maxPools": 2}))
     )
-    plan = decide.plan(
-        Snapshot(workloads=(short,), onprem=BUSY_V100, pools=(old,)), CATALOG, roomy, NOW
-    )
-    assert dispatches(plan)["short"].pool != "old"
+    for job, pool, into in ((short, old, "old"), (long, old, None), (short, full, None)):
+        plan = decide.plan(
+            Snapshot(workloads=(job,), onprem=BUSY_V100, pools=(pool,)), CATALOG, roomy, NOW
+        )
+        assert not [a for a in plan.actions if isinstance(a, ResizePool)]
+        (dispatch,) = dispatches(plan).values()
+        assert (dispatch.pool == "old") == (into == "old"), dispatch
 
 
 def test_a_late_run_is_not_refused_unpriced_for_a_budget_a_pool_past_its_lifetime_fits() -> None:

@@ -512,29 +512,31 @@ def a_dispatch_moved_off_a_late_pool_is_cancelled_first_and_made_again_elsewhere
         assert any(isinstance(a, CancelDispatch) and a.workload == uid for a in plan.actions)
 
 
-def a_pool_past_its_lifetime_takes_work_at_the_limit_that_ends_before_its_own(
+def a_pool_past_its_lifetime_takes_work_that_ends_before_its_own(
     snap: Snapshot, cfg: Config, plan: Plan
 ) -> None:
-    """A pool past its lifetime is given work only while its policy is at its pool limit, and only
-    work expected to end by the last of the work it runs: it is kept up no longer for it."""
+    """A pool past its lifetime is given only work expected to end by the last of the work it
+    runs (it is kept up no longer for it), and grown only while its policy is at its pool
+    limit."""
     by_name = {p.name: p for p in snap.pools}
     created = Counter(a.policy for a in plan.actions if isinstance(a, CreatePool))
     for a in plan.actions:
-        pv = by_name.get(a.pool) if isinstance(a, Dispatch) else None
+        pv = by_name.get(a.pool) if isinstance(a, (Dispatch, ResizePool)) else None
         if pv is None or pv.policy not in cfg.policies:
             continue
         policy = cfg.policies[pv.policy]
         if NOW - pv.created < policy.spec.teardown.max_lifetime:
             continue
-        assert isinstance(a, Dispatch)
-        ends = [b for b in pv.busy_until if b is not None]
-        assert ends and a.estimated_finish <= max(ends)
-        up = sum(1 for p in snap.pools if p.policy == pv.policy and p.state in UP_STATES)
-        assert up + created[pv.policy] >= policy.spec.limits.max_pools
+        if isinstance(a, Dispatch):
+            ends = [b for b in pv.busy_until if b is not None]
+            assert ends and a.estimated_finish <= max(ends)
+        else:
+            up = sum(1 for p in snap.pools if p.policy == pv.policy and p.state in UP_STATES)
+            assert up + created[pv.policy] >= policy.spec.limits.max_pools
 
 
 PROPERTIES = [
-    a_pool_past_its_lifetime_takes_work_at_the_limit_that_ends_before_its_own,
+    a_pool_past_its_lifetime_takes_work_that_ends_before_its_own,
     a_dispatch_moved_off_a_late_pool_is_cancelled_first_and_made_again_elsewhere,
     a_pool_deleted_is_deleted_once_and_given_no_work,
     no_plan_exceeds_a_hard_budget,

@@ -252,6 +252,27 @@ def test_a_baseline_pool_past_its_lifetime_takes_only_work_that_ends_before_its_
     assert started is not None and started > 25 * 3600
 
 
+def test_below_the_cap_a_baseline_takes_the_room_of_a_lapsed_pool_for_work_ending_before_it() -> (
+    None
+):
+    # One pool up, past its lifetime: two nodes of the job's offer (4 GPUs), one free, the other's
+    # work running until t=10,000.
+    # Below the cap a 4-GPU job that ends by then takes that room, as burst's would (the pool is
+    # up that long anyway); one ending later gets a pool of its own, and neither grows it.
+    rule = baselines.no_wait(CFG, POLICY, OFFERS)
+    spec = replace(job("x", 0, 3600, 4, 10**7), gpus_per_pod=4)
+    choice = rule._choices(spec, "V100")[0][0]
+    for ends, into in ((9_000.0, "old"), (11_000.0, None)):
+        rule._rooms, rule._no_fit, rule._pools = {}, set(), 1
+        lapsed = {choice.offer.key: {"old": ([0, choice.offer.gpus], 10_000.0)}}
+        actions: list[Action] = []
+        found = rule._pool(choice, spec, {}, {}, lapsed, actions, ends, new=True)
+        assert (found == "old") == (into == "old") and found is not None
+        assert not [a for a in actions if isinstance(a, ResizePool)]
+        if into == "old":
+            assert lapsed[choice.offer.key]["old"][0] == [0, 0] and not actions
+
+
 def test_a_job_refused_a_lapsed_pool_does_not_refuse_a_shorter_one_of_its_shape_behind_it() -> None:
     # As above, with both jobs queued a day later at once, the longer first: it would end after
     # the lapsed pools' work and is refused; the shorter one behind it, of the same shape, still
