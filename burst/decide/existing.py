@@ -216,8 +216,9 @@ def open_existing(
     now: datetime,
 ) -> None:
     """Count every pool the cloud may still run against its policy, and open in `placement` those
-    that take work (not `deleted`); one past its lifetime takes new work only at the pool limit,
-    and only work that ends before its own (reuse.best_at_pool_limit), and goes once idle."""
+    that take work (not `deleted`); one past its lifetime takes only work that ends before its
+    own, in its room (reuse.best_drained) or grown at the pool limit (best_at_pool_limit), and
+    goes once idle."""
     for pv in sorted(pools, key=lambda p: p.name):
         policy = policies.get(pv.policy)
         if pv.state in UP_STATES:  # its nodes run until the cloud has deleted it: it counts

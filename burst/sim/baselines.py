@@ -17,12 +17,13 @@ with, on the same trace, seed and simulated clouds (simulate.py):
 
 None of them knows deadlines. They use the offers the burst policy may use (its targets, GPUs and
 price cap) under its limits as burst is: at most `maxPools` pools of at most `maxNodesPerPool`
-nodes, no job over `maxCostPerJob`, and no new work for a pool past `maxLifetime`. They reuse a
-pool of the same offer that has room, open a pool while under the pool cap, and at the cap take
-room in or grow a pool of any offer that suits the job, cheapest first, as the cluster
-autoscaler's price expander grows a node group up to its maximum size, and failing that, as
-burst does, one past its lifetime whose work ends after the job would; a job no pool can take
-waits for the next decision. They let a pool go once it has been idle for the policy's idle
+nodes, no job over `maxCostPerJob`, and for a pool past `maxLifetime` only work that ends before
+its own, as burst's. They reuse a pool of the same offer that has room (failing that, one past
+its lifetime whose work ends after the job would), open a pool while under the pool cap, and at
+the cap take room in or grow a pool of any offer that suits the job, cheapest first, as the
+cluster autoscaler's price expander grows a node group up to its maximum size, and failing that
+grow one past its lifetime whose work ends after the job would; a job no pool can take waits for
+the next decision. They let a pool go once it has been idle for the policy's idle
 TTL, or is idle past its lifetime. Budgets bind burst alone: they count reservations and charges
 in the service's ledger, which a baseline has not. They answer with the actions decide.plan
 would, so the simulator carries them out the same way.
@@ -151,8 +152,8 @@ class Waiting:
 
     def decide(self, world: World) -> Sequence[Action]:
         actions: list[Action] = []
-        # A pool past the policy's max lifetime takes no new work and goes once idle, as burst's
-        # (decide/planner.py); it still counts against the pool cap while it runs.
+        # A pool past the policy's max lifetime takes only work that ends before its own, and goes
+        # once idle, as burst's (decide/existing.py); it counts against the pool cap while it runs.
         born = world.now - self._lifetime
         for p in world.idle_pools():
             if p.state not in ("requested", "ready") or p.idle_since is None:
