@@ -238,11 +238,8 @@ class Reconciler:
             # Expected to end a runtime after its copy started (past that, as runtimes.run_end
             # says), or, not running yet, a runtime from now (unknown without a runtime).
             begun = started or now
-            end = (
-                None
-                if runtime_s is None
-                else run_end(begun, begun + timedelta(seconds=runtime_s), now)
-            )
+            told = None if runtime_s is None else begun + timedelta(seconds=runtime_s)
+            end = None if told is None else run_end(begun, told, now)
             used.setdefault(name, []).extend([(gpus, end)] * pods)
             if dispatch == "planned":
                 planned_on[uid] = name
