@@ -981,7 +981,8 @@ def test_idle_pool_past_ttl_and_old_pool_are_deleted() -> None:
 
 
 def test_a_pool_past_its_lifetime_drains_its_work_and_takes_no_more() -> None:
-    # Work still runs on `old` (no idle_since): it is not cut off, but a new job gets a new pool.
+    # Work still runs on `old` (no idle_since): it is not cut off, but with no known end to that
+    # work a new job gets a new pool.
     old = _pool("old", created=NOW - 25 * H, free_gpus=(7,))
     snap = Snapshot(workloads=(workload(deadline=NOW + 3 * H),), onprem=BUSY_V100, pools=(old,))
     plan = decide.plan(snap, CATALOG, make_config(), NOW)

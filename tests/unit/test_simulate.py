@@ -256,11 +256,11 @@ def test_below_the_cap_a_baseline_takes_the_room_of_a_lapsed_pool_for_work_endin
     None
 ):
     # One pool up, past its lifetime: two nodes of the job's offer (4 GPUs), one free, the other's
-    # work running until t=10,000.
-    # Below the cap a 4-GPU job that ends by then takes that room, as burst's would (the pool is
-    # up that long anyway); one ending later gets a pool of its own, and neither grows it.
+    # work running until t=10,000. Below the cap a 4-GPU job that ends by then takes that room,
+    # as burst's would (the pool is up that long anyway); one ending later gets a pool of its
+    # own, and neither grows it.
     rule = baselines.no_wait(CFG, POLICY, OFFERS)
-    spec = replace(job("x", 0, 3600, 4, 10**7), gpus_per_pod=4)
+    spec = job("x", 0, 3600, 4, 10**7)
     choice = rule._choices(spec, "V100")[0][0]
     for ends, into in ((9_000.0, "old"), (11_000.0, None)):
         rule._rooms, rule._no_fit, rule._pools = {}, set(), 1
