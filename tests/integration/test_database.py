@@ -131,29 +131,10 @@ def test_times_come_back_as_utc_and_naive_times_are_refused(engine: Engine) -> N
 def test_constraints_hold_on_every_database(engine: Engine) -> None:
     database.upgrade(engine)
     make = database.sessions(engine)
-    pool = dict(
-        name="p",
-        token="t",
-        target="aws-eu",
-        provider="aws",
-        region="eu-west-1",
-        instance_type="p3.2xlarge",
-        capacity="on-demand",
-        accelerator="V100",
-        gpus_per_node=1,
-        nodes_desired=1,
-        policy="ml",
-        unit_price_micros=3_060_000,
-        currency="USD",
-        price_source="catalog",
-        epoch=1,
-        created_at=NOW,
-        updated_at=NOW,
-    )
     with make.begin() as session:
-        session.add(tables.Pool(**pool))
+        session.add(pool_row(token="t"))
     for bad in ({"state": "exploded"}, {"capacity": "reserved"}, {"token": "t", "name": "q"}):
         with pytest.raises(IntegrityError), make.begin() as session:
-            session.add(tables.Pool(**{**pool, "name": "other", "token": "other", **bad}))
+            session.add(pool_row(**{"name": "other", "token": "other", **bad}))
     with pytest.raises(IntegrityError), make.begin() as session:
         session.add(tables.Leadership(id=2, epoch=1, holder="x", acquired_at=NOW))

@@ -16,7 +16,7 @@ from burst.amounts import Money
 from burst.cloud import catalog
 from burst.model import CLOUDS, Action, CreatePool, Dispatch, ResizePool
 from burst.sim import baselines, simulate, trace
-from burst.sim.state import START, CloudModel, RuntimeMode, runtime_told
+from burst.sim.state import START, CloudModel, RuntimeMode
 from burst.sim.trace import SimJob
 from burst.sim.views import rebuilt_pool_views
 from providers.sim import Latency
@@ -82,9 +82,7 @@ class Checked:
         assert world.idle_pools() == idle
         self.checks += 1
         runs = [i for p in world.pools.values() for n in p.alive for i in n.jobs]
-        self.overran += any(
-            world.jobs[i].run_start + runtime_told(world, i) < world.now for i in runs
-        )
+        self.overran += any(world.jobs[i].told_end < world.now for i in runs)
         return self.inner.decide(world)
 
 
