@@ -103,6 +103,9 @@ class Workload:
     # "declared", or where a learned estimate came from; "" when the policy's default applies
     # (stored as DEFAULT_RUNTIME_SOURCE with the dispatch)
     runtime_source: str = ""
+    # Where the runtime is learned, the longest of the runs it is learned from: a run may take as
+    # long, and a reuse that would then keep a node up for it alone is priced so (placement.py).
+    longest_runtime: timedelta | None = None
     max_cost: Money | None = None
     priority: int = 0
     cpu_per_pod: float = 0.0

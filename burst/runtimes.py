@@ -62,28 +62,42 @@ class Learned:
         while len(self._runs) > KEYS:
             del self._runs[next(iter(self._runs))]
 
+    def _history(
+        self, namespace: str, name: str, gpus: int, user: str
+    ) -> tuple[tuple[str, ...], deque[int]] | None:
+        """The most specific key with enough runs, and its runs."""
+        for key in self._keys(namespace, name, gpus, user):
+            runs = self._runs.get(key)
+            if runs is not None and len(runs) >= AT_LEAST:
+                return key, runs
+        return None
+
     def estimate(
         self, namespace: str, name: str, gpus: int, user: str = "", allowed: timedelta | None = None
     ) -> tuple[timedelta, str] | None:
         """The estimate and where it came from, or None without enough history. `allowed`: the
         time from the workload's creation to its deadline, which caps the estimate."""
-        for key in self._keys(namespace, name, gpus, user):
-            runs = self._runs.get(key)
-            if runs is not None and len(runs) >= AT_LEAST:
-                ordered = sorted(runs)
-                at = ordered[min(len(ordered) - 1, math.ceil(QUANTILE * len(ordered)) - 1)]
-                what = "/".join(key)
-                source = f"learned: p{round(QUANTILE * 100)} of the last {len(runs)} runs of {what}"
-                if allowed is not None and timedelta(0) < allowed < timedelta(seconds=at):
-                    # Its owner asked for a deadline this run could not meet by the runs like
-                    # it: they know this one better. A learned estimate of 18 hours for a job of
-                    # 19 minutes given 73 minutes kept it on-prem, its deadline counted lost.
-                    return (
-                        allowed,
-                        f"{source}, at most the {format_duration(allowed)} to its deadline",
-                    )
-                return timedelta(seconds=at), source
-        return None
+        found = self._history(namespace, name, gpus, user)
+        if found is None:
+            return None
+        key, runs = found
+        ordered = sorted(runs)
+        at = ordered[min(len(ordered) - 1, math.ceil(QUANTILE * len(ordered)) - 1)]
+        source = (
+            f"learned: p{round(QUANTILE * 100)} of the last {len(runs)} runs of {'/'.join(key)}"
+        )
+        if allowed is not None and timedelta(0) < allowed < timedelta(seconds=at):
+            # Its owner asked for a deadline this run could not meet by the runs like it: they
+            # know this one better. A learned estimate of 18 hours for a job of 19 minutes given
+            # 73 minutes kept it on-prem, its deadline counted lost.
+            return allowed, f"{source}, at most the {format_duration(allowed)} to its deadline"
+        return timedelta(seconds=at), source
+
+    def longest(self, namespace: str, name: str, gpus: int, user: str = "") -> timedelta | None:
+        """The longest of the runs `estimate` answers from (None: it does not answer): how long
+        a run like them may take, one in five being longer than the estimate."""
+        found = self._history(namespace, name, gpus, user)
+        return None if found is None else timedelta(seconds=max(found[1]))
 
 
 @overload

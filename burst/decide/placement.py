@@ -7,11 +7,13 @@ growing a pool of that offer before opening a new one; at the policy's pool limi
 growing is left. Every placement passes the caps (caps.py) and reserves its estimate. When no cloud
 can meet the deadline any more, the soonest cloud finish counts instead, if it beats on-prem.
 Which open pool to reuse or grow is reuse.py's to find; the offers to open are candidates.py's;
-what pricing would refuse anyway is refused unpriced (unpriced.py).
+whether a reuse costs more than capacity of the workload's own, and the cheapest new pool, are
+own.py's; what pricing would refuse anyway is refused unpriced (unpriced.py).
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -23,19 +25,27 @@ from burst.config import BurstPolicy, TargetSpec
 from burst.decide.candidates import (
     Candidate,
     Candidates,
-    Shape,
     allowed_accelerators,
-    expected_run,
 )
 from burst.decide.candidates import capacities as allowed_capacities
-from burst.decide.caps import Caps, Rates, node_cost
+from burst.decide.caps import Caps, Rates
+from burst.decide.own import OwnCapacity, dearer
 from burst.decide.pools import EligiblePools, OpenPool, PolicyPools, pool_name
-from burst.decide.reuse import at_limit_words, best_at_pool_limit, best_drained, best_reuse, better
+from burst.decide.reuse import (
+    at_limit_words,
+    best_at_pool_limit,
+    best_drained,
+    best_reuse,
+    better,
+)
 from burst.decide.sharing import SharedPools
 from burst.decide.triggers import Want, spot_allowed
 from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets, at_pool_limit, kind_of
 from burst.decide.wording import Words, at, usd
 from burst.model import CapacityType, Dispatch, OfferKey, Workload
+
+_X_TAIL = os.environ.get("X_TAIL") == "1"
+_X_LIMIT = os.environ.get("X_LIMIT") == "1"
 
 
 class Placement:
@@ -168,33 +178,33 @@ class Placement:
         capacities = allowed_capacities(spot_ok)
 
         # 1. Reuse a pool with free room, unless it would keep nodes up for this workload alone
-        # for longer than a pool of its own costs: small jobs in the room of big nodes kept
-        # whole nodes up for one of their GPUs (9.5 of the 12 % idle of a Philly replay).
+        # for longer than capacity of its own costs (a new pool, or at the pool limit a pool
+        # grown; own.py): small jobs in the room of big nodes kept whole nodes up for one of
+        # their GPUs (9.5 of the 12 % idle of a Philly replay).
         per_s = per_second(self.caps.rates, w, p)
         reusable = self.eligible_pools(p, w, spot_ok, shared=True)
         reuse = best_reuse(reusable, w, want.runtime, deadline, self.now, per_s)
         draining = self.draining[p.metadata.name]
         if draining and not at_limit:  # at the limit, they may grow too (step 2)
-            own = self.eligible_pools(p, w, spot_ok)
-            reuse = better(best_drained(own, draining, want, self.now, per_s), reuse)
-        new: Cheapest | None = None
-        priced = False  # whether `new` was looked for (None when no offer will do)
-        if reuse is not None and not at_limit:
-            added = reuse.kept
-            if added:
-                new = cheapest_new(
-                    want, by_capacity, capacities, self.targets, self.unavailable, self.now, per_s
-                )
-                priced = True
-                kept = node_cost(reuse.pool.hourly_micros, 1, added)
-                kept += per_s * int((reuse.finish - self.now).total_seconds())
-                if new is not None and new[0] < kept:
-                    offer = new[4].offer
-                    if (
-                        self._refusal(want, new[5], max_cost_usd, offer.key, offer.hourly.micros)
-                        is None
-                    ):
-                        reuse = None
+            eligible = self.eligible_pools(p, w, spot_ok)
+            reuse = better(best_drained(eligible, draining, want, self.now, per_s), reuse)
+        own = OwnCapacity(
+            want,
+            at_limit,
+            by_capacity,
+            capacities,
+            self.targets,
+            self.unavailable,
+            self.now,
+            per_s,
+            lambda: self.eligible_pools(p, w, spot_ok),
+        )
+        if reuse is not None and dearer(want, reuse, own, per_s, self.now):
+            mine = own(want.runtime)
+            if mine is not None and (
+                self._refusal(want, mine.charge, max_cost_usd, mine.offer, mine.hourly) is None
+            ):
+                reuse = None
         if reuse is not None:
             pool = reuse.pool
             why = self._refusal(want, reuse.cost, max_cost_usd, pool.offer, pool.hourly_micros)
@@ -218,11 +228,7 @@ class Placement:
                 self.refused_late.add(kind_of(want, spot_ok), want.runtime)
             refusals.append(why)
             return "; ".join(dict.fromkeys(refusals))
-        cheapest = new
-        if not priced:
-            cheapest = cheapest_new(
-                want, by_capacity, capacities, self.targets, self.unavailable, self.now, per_s
-            )
+        cheapest = own.new()
         if cheapest is None:
             refusals.append(
                 no_offer_reason(
@@ -321,57 +327,6 @@ def _pool_for(placement: Placement, want: Want, c: Candidate) -> OpenPool:
         0,
     )
     return placement.open(pool)
-
-
-# The cheapest new capacity: (total cost and the finish priced, finish, target name, offer key,
-# candidate, total cost).
-Cheapest = tuple[int, datetime, str, str, Candidate, int]
-
-
-def cheapest_new(
-    want: Want,
-    by_capacity: Shape,
-    capacities: tuple[CapacityType, ...],
-    targets: Mapping[str, TargetSpec],
-    unavailable: frozenset[OfferKey],
-    now: datetime,
-    per_second: int = 0,
-) -> Cheapest | None:
-    """The offer with the least total cost (launches, the run and the idle tail) that finishes
-    `want` by its finish_by, ties to the soonest finish. Each target's list is sorted by price x
-    nodes. Where a run lasts as long on every offer (on-demand, or spot with no interruption rate)
-    that is total-cost order and the first available offer is the target's best; with expected
-    restarts, which grow with the nodes, the list is read on until even a run without restarts
-    would cost more."""
-    deadline, tail = want.finish_by, want.policy.spec.teardown.idle_ttl
-    cheapest: Cheapest | None = None
-    for capacity in capacities:
-        for target_name, cands in by_capacity[capacity].items():
-            target = targets[target_name]
-            if deadline is not None and now + target.provisioning + want.runtime > deadline:
-                continue
-            plain = target.provisioning + want.runtime + tail
-            for c in cands:
-                if c.offer.key in unavailable:
-                    continue
-                run, restarts = expected_run(target, capacity, c.nodes, want.runtime)
-                launches = (1 + restarts) * target.provisioning
-                if (
-                    cheapest is not None
-                    and restarts
-                    and cheapest[0] <= node_cost(c.offer.hourly.micros, c.nodes, plain)
-                ):
-                    break
-                finish = now + launches + run
-                if deadline is None or finish <= deadline:
-                    total = node_cost(c.offer.hourly.micros, c.nodes, launches + run + tail)
-                    score = total + per_second * int((finish - now).total_seconds())
-                    choice = (score, finish, target_name, str(c.offer.key), c, total)
-                    if cheapest is None or choice[:4] < cheapest[:4]:
-                        cheapest = choice
-                if not restarts:
-                    break
-    return cheapest
 
 
 def _late(trigger: str | Words, soonest: datetime, now: datetime) -> str:

@@ -5,7 +5,7 @@ the same Plan. The reconcile loop (service/loop.py) feeds it a Snapshot built by
 ledger, and carries the Plan out through cloud/provision.py and kube/replicate.py; `burst plan` and
 the simulator call it the same way. This module runs the rounds; each step has its own module:
 existing.py (the pools there are), replan.py (0), walk.py and triggers.py (1), placement.py
-with candidates.py, pools.py, reuse.py and unpriced.py (2), caps.py (3).
+with candidates.py, pools.py, reuse.py, own.py and unpriced.py (2), caps.py (3).
 
 How it decides, in order:
 0. A workload planned onto a pool that launches late, whose run there would now finish after its

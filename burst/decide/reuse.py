@@ -113,6 +113,15 @@ def _reuse_one(
     return Choice(cost, finish, pool, waiting=waiting, kept=kept)
 
 
+def kept_for(choice: Choice, w: Workload, runtime: timedelta, now: datetime) -> timedelta:
+    """The node time the reuse `choice` keeps up past its pool's known work for a run of `w` of
+    `runtime` (what Choice.kept is for the runtime it was found for)."""
+    pool = choice.pool
+    nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
+    run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
+    return pool.timed(w, now, run)[1]
+
+
 def best_reuse(
     eligible: EligiblePools,
     w: Workload,

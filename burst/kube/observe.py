@@ -76,14 +76,17 @@ class RunHistory:
         name: str,
         gpus: int,
         user: str,
-    ) -> tuple[timedelta | None, str]:
-        """A pending workload's runtime and where it came from: declared, else learned (at most
-        the time from its creation to its deadline), else none."""
+    ) -> tuple[timedelta | None, str, timedelta | None]:
+        """A pending workload's runtime, where it came from, and the longest of the runs where
+        it is learned: declared, else learned (at most the time from its creation to its
+        deadline), else none."""
         if said.expected_runtime is not None:
-            return said.expected_runtime, "declared"
+            return said.expected_runtime, "declared", None
         allowed = None if said.deadline is None else said.deadline - created
         learned = self.learned.estimate(namespace, name, gpus, user, allowed)
-        return learned if learned is not None else (None, "")
+        if learned is None:
+            return None, "", None
+        return *learned, self.learned.longest(namespace, name, gpus, user)
 
     def retell(self, summaries: Mapping[str, _Summary]) -> set[str]:
         """The pending and running workloads of the namespaces taught something new since the
@@ -256,7 +259,7 @@ class Observer:
         if finished(obj):
             self.history.learn(obj, pods, namespace, shape.gpus * pods_wanted, user)
             return _Summary(None, [], namespace)
-        runtime, source = self.history.runtime(
+        runtime, source, longest = self.history.runtime(
             said, created, namespace, meta["name"], shape.gpus * pods_wanted, user
         )
         running = self._running(pods, shape, runtime)
@@ -299,6 +302,7 @@ class Observer:
                 deadline=said.deadline,
                 expected_runtime=runtime,
                 runtime_source=source,
+                longest_runtime=longest,
                 max_cost=said.max_cost,
                 cpu_per_pod=shape.cpu,
                 memory_gib_per_pod=shape.memory_gib,

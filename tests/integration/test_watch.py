@@ -382,6 +382,9 @@ def test_runtimes_nobody_declared_are_learned_from_the_jobs_seen_to_succeed(kube
         )
         assert his.expected_runtime == timedelta(hours=8)  # p80 of 1, 1, 1, 8, 9 hours
         assert his.runtime_source == "learned: p80 of the last 5 runs of default/train-vit/1"
+        # The longest of them too, that a reuse is weighed at; nothing of the kind when declared.
+        assert his.longest_runtime == timedelta(hours=9)
+        assert pending["train-resnet-8"].longest_runtime is None
     finally:
         watch.stop()
 

@@ -746,6 +746,48 @@ def test_a_reuse_that_keeps_a_node_up_for_it_alone_loses_to_a_pool_of_its_own() 
         assert dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"].pool == pool.name
 
 
+def test_a_learned_run_is_weighed_in_the_room_of_a_big_node_at_the_longest_run_like_it() -> None:
+    # The node's work ends in 3 hours; the 2-hour estimate ends before it, but runs like this
+    # one have taken up to 8 hours: then the run keeps the 4-GPU node up 5 hours for itself
+    # alone (61 USD at 12.24 an hour), where a 1-GPU node of its own costs about 25 for as long.
+    # Runs past their estimates in big nodes' room were most of a Philly replay's idle spend.
+    pool = _pool(free_gpus=(1,), busy_until=(NOW + 3 * H,))
+    placed = {}
+    for longest in (None, 150, 480):  # minutes: unknown, within the node's work, past it
+        w = workload(
+            deadline=NOW + 4 * H,
+            longest_runtime=None if longest is None else timedelta(minutes=longest),
+        )
+        snap = Snapshot(workloads=(w,), onprem=BUSY_V100, pools=(pool,))
+        placed[longest] = dispatches(decide.plan(snap, CATALOG, make_config(), NOW))["w1"]
+    assert placed[None].pool == placed[150].pool == pool.name
+    assert placed[480].pool != pool.name and "n1-standard-1" in placed[480].reason, placed[480]
+    assert placed[480].estimated_finish == placed[None].estimated_finish + timedelta(minutes=8)
+
+
+def test_at_the_pool_limit_a_reuse_that_keeps_a_node_up_for_it_alone_loses_to_a_growth() -> None:
+    # As a pool of its own below the limit: the 2-hour run in the 4-GPU node whose work ends in
+    # 10 minutes keeps it up 1 h 50 m more (22 USD), where growing the full 1-GPU pool by a node
+    # costs about 7. At the limit such room was taken whatever it kept up.
+    big = _pool(free_gpus=(1,), busy_until=(NOW + timedelta(minutes=10),))
+    small = _pool(
+        "gcp-euw4-n1-standard-1-1xv100-od-1",
+        target="gcp-euw4",
+        offer=OfferKey("gcp", "europe-west4", "n1-standard-1", "on-demand", "V100", 1),
+        free_gpus=(0,),
+        busy_until=(NOW + 3 * H,),
+    )
+    cfg = make_config(("ml", policy_spec(limits={"maxPools": 2})))
+    placed = {}
+    for ends in (timedelta(minutes=10), 3 * H):
+        pools = (replace(big, busy_until=(NOW + ends,)), small)
+        snap = Snapshot(workloads=(workload(deadline=NOW + 4 * H),), onprem=BUSY_V100, pools=pools)
+        placed[ends] = dispatches(decide.plan(snap, CATALOG, cfg, NOW))["w1"]
+    assert placed[timedelta(minutes=10)].pool == small.name
+    assert "grows pool" in placed[timedelta(minutes=10)].reason
+    assert placed[3 * H].pool == big.name  # within the work there it adds no node time
+
+
 def test_work_planned_onto_a_launching_pool_ends_a_runtime_after_the_pool_is_up() -> None:
     # The service tells work planned onto a pool still launching as ending its runtime from now
     # (its copy has not started: service/loop.py), but it starts when the pool is up, here in 40

@@ -37,6 +37,9 @@ def test_an_estimate_is_a_high_quantile_of_the_most_specific_history() -> None:
         "learned: p80 of the last 5 runs of cms-ml/train",
     )
     assert learned.estimate("atlas-ml", "train-9", 4) is None
+    # The longest of the runs it answers from: a run like them may take as long.
+    assert learned.longest("cms-ml", "train-9", 4) == timedelta(seconds=5000)
+    assert learned.longest("atlas-ml", "train-9", 4) is None
 
 
 def test_names_burst_cannot_stem_are_forgotten_least_recently_run_first(

@@ -799,6 +799,8 @@ def test_a_learned_runtime_is_told_no_longer_than_the_jobs_deadline_allows() -> 
     world.run(simulate.Burst(CFG))
     world.told.clear()
     assert state.told_runtime(world, 3) == 2_000
+    # A reuse is weighed at the longest of the runs as well: it may take as long as they did.
+    assert world.workload(3).longest_runtime == timedelta(seconds=10_000)
 
 
 def test_each_product_on_prem_runs_the_jobs_that_ask_for_it() -> None:
