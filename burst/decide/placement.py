@@ -13,7 +13,6 @@ own.py's; what pricing would refuse anyway is refused unpriced (unpriced.py).
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -43,9 +42,6 @@ from burst.decide.triggers import Want, spot_allowed
 from burst.decide.unpriced import LateRefusals, NoRoom, SpentBudgets, at_pool_limit, kind_of
 from burst.decide.wording import Words, at, usd
 from burst.model import CapacityType, Dispatch, OfferKey, Workload
-
-_X_TAIL = os.environ.get("X_TAIL") == "1"
-_X_LIMIT = os.environ.get("X_LIMIT") == "1"
 
 
 class Placement:

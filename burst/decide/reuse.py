@@ -103,9 +103,7 @@ def _reuse_one(
     """`w` in `pool` as it is: None if it does not fit or finishes too late."""
     if not pool.fits(w):
         return None
-    nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
-    run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-    finish, kept = pool.timed(w, now, run)
+    run, finish, kept = _timed(pool, w, runtime, now)
     if finish_by is not None and finish > finish_by:
         return None
     cost = share_cost(w.gpus, pool.offer.gpus, node_cost(pool.hourly_micros, 1, run))
@@ -116,10 +114,18 @@ def _reuse_one(
 def kept_for(choice: Choice, w: Workload, runtime: timedelta, now: datetime) -> timedelta:
     """The node time the reuse `choice` keeps up past its pool's known work for a run of `w` of
     `runtime` (what Choice.kept is for the runtime it was found for)."""
-    pool = choice.pool
+    return _timed(choice.pool, w, runtime, now)[2]
+
+
+def _timed(
+    pool: OpenPool, w: Workload, runtime: timedelta, now: datetime
+) -> tuple[timedelta, datetime, timedelta]:
+    """A run of `runtime` of `w` in `pool`'s room: how long it takes with its restarts where the
+    pool is on spot, when it ends, and the node time it keeps up past the pool's known work
+    (OpenPool.timed)."""
     nodes = -(-w.pods // (pool.offer.gpus // w.gpus_per_pod))
     run, _ = expected_run(pool.target, pool.offer.capacity, nodes, runtime)
-    return pool.timed(w, now, run)[1]
+    return (run, *pool.timed(w, now, run))
 
 
 def best_reuse(
