@@ -104,7 +104,7 @@ class Workload:
     # (stored as DEFAULT_RUNTIME_SOURCE with the dispatch)
     runtime_source: str = ""
     # Where the runtime is learned, the longest of the runs it is learned from: a run may take as
-    # long, and a reuse that would then keep a node up for it alone is priced so (placement.py).
+    # long, and a reuse that would then keep a node up for it alone is weighed so (decide/own.py).
     longest_runtime: timedelta | None = None
     max_cost: Money | None = None
     priority: int = 0

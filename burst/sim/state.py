@@ -190,7 +190,7 @@ def told_runtime(world: WorldState, i: int) -> int | None:
             told = None if found is None else int(found[0].total_seconds())
             longest = world.learned.longest(spec.team, spec.job_id, spec.gpus)
             if longest is not None:
-                world.longest[i] = int(longest.total_seconds())
+                world.longest[i] = longest
         else:
             told = None
         world.told[i] = told
@@ -328,7 +328,7 @@ class WorldState:
             for j in (self.jobs if runtimes == "noisy" else ())
         ]
         self.told: dict[int, int | None] = {}  # job -> the runtime the decision was told
-        self.longest: dict[int, int] = {}  # job -> the longest run its learned estimate is of
+        self.longest: dict[int, timedelta] = {}  # job -> the longest run its learned estimate is of
         self.decisions = 0
         # From when a decision may do more than the last on room freed alone (Plan.more_from, in
         # seconds; 0, from the start, for a policy that does not say; None: never).

@@ -106,7 +106,7 @@ class Views(CloudPools):
                 burstable=True,
                 deadline=self.dt(s.deadline),
                 expected_runtime=None if told is None else timedelta(seconds=told),
-                longest_runtime=(timedelta(seconds=self.longest[i]) if i in self.longest else None),
+                longest_runtime=self.longest.get(i),
             )
             self.workloads[i] = w
         return w
